@@ -1,0 +1,728 @@
+"""The broker's one configuration class.
+
+Every setting is an attribute of :class:`BrokerConfig`, declared with the Kafka key it is read from,
+its default, its validator and its documentation. Loading (:func:`load_config`), validation and the
+reference documentation (:func:`config_reference_markdown`) all walk the same declarations, so they
+cannot drift apart.
+
+Sources, later wins: the defaults, a Kafka-style ``server.properties`` file, then ``key=value``
+overrides (as ``kafka-server-start.sh --override`` accepts them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+#: Listener-scoped settings that may be given as ``listener.name.<listener>.<key>``.
+LISTENER_PREFIXABLE_KEYS = frozenset(
+    {"max.connections", "max.connection.creation.rate", "num.network.threads"}
+)
+
+#: Keys of real Kafka ``server.properties`` files that are accepted (and reported as ignored)
+#: because they have no meaning for a single-node broker without ZooKeeper or a Raft quorum.
+KAFKA_KEYS_WITHOUT_EFFECT = frozenset(
+    {
+        "broker.id.generation.enable",
+        "controller.listener.names",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "group.coordinator.rebalance.protocols",
+        "inter.broker.listener.name",
+        "inter.broker.protocol.version",
+        "log.message.format.version",
+        "num.recovery.threads.per.data.dir",
+        "num.replica.fetchers",
+        "offsets.topic.replication.factor",
+        "process.roles",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.replication.factor",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+    }
+)
+
+#: Old spellings Kafka still accepts, mapped to the key we store them under.
+KEY_ALIASES = {"broker.id": "node.id"}
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+IMPLEMENTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+
+class ConfigError(ValueError):
+    """A configuration key has a value that is not allowed; the message names both."""
+
+    def __init__(self, key: str, value: object, allowed: str) -> None:
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"Invalid value {value!r} for configuration {key}: {allowed}")
+
+
+# --------------------------------------------------------------------------- value parsers
+Parser = Callable[[str], Any]
+
+
+def _parse_int(text: str) -> int:
+    return int(text.strip())
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError("expected true or false")
+
+
+def _parse_str(text: str) -> str:
+    return text.strip()
+
+
+def _parse_optional_str(text: str) -> str | None:
+    stripped = text.strip()
+    return stripped or None
+
+
+def _parse_optional_int(text: str) -> int | None:
+    stripped = text.strip()
+    return int(stripped) if stripped else None
+
+
+# ----------------------------------------------------------------------------- validators
+Validator = Callable[[Any], str | None]
+"""Returns None when the value is allowed, else a description of what is allowed."""
+
+
+def at_least(minimum: int) -> Validator:
+    def check(value: Any) -> str | None:
+        if value is None or value >= minimum:
+            return None
+        return f"must be at least {minimum}"
+
+    check.__doc__ = f"Value must be at least {minimum}"
+    return check
+
+
+def between(low: int, high: int) -> Validator:
+    def check(value: Any) -> str | None:
+        if value is None or low <= value <= high:
+            return None
+        return f"must be between {low} and {high}"
+
+    check.__doc__ = f"Value must be between {low} and {high}"
+    return check
+
+
+def one_of(*choices: str) -> Validator:
+    def check(value: Any) -> str | None:
+        if value is None or value in choices:
+            return None
+        return "must be one of " + ", ".join(choices)
+
+    check.__doc__ = "One of " + ", ".join(choices)
+    return check
+
+
+def _any(_value: Any) -> str | None:
+    return None
+
+
+def setting(
+    key: str,
+    default: Any,
+    doc: str,
+    *,
+    parser: Parser = _parse_int,
+    validator: Validator = _any,
+    type_name: str = "int",
+    group: str = "Network",
+) -> Any:
+    """Declare one configuration attribute with its Kafka key, default, validation and docs."""
+    return attrs.field(
+        default=default,
+        metadata={
+            "key": key,
+            "doc": doc,
+            "parser": parser,
+            "validator": validator,
+            "type_name": type_name,
+            "group": group,
+        },
+    )
+
+
+def _str_setting(key: str, default: str | None, doc: str, **kw: Any) -> Any:
+    optional = default is None
+    return setting(
+        key,
+        default,
+        doc,
+        parser=_parse_optional_str if optional else _parse_str,
+        type_name="string",
+        **kw,
+    )
+
+
+def _bool_setting(key: str, default: bool, doc: str, **kw: Any) -> Any:
+    return setting(key, default, doc, parser=_parse_bool, type_name="boolean", **kw)
+
+
+def _long(key: str, default: int | None, doc: str, **kw: Any) -> Any:
+    parser = _parse_optional_int if default is None else _parse_int
+    return setting(key, default, doc, parser=parser, type_name="long", **kw)
+
+
+# --------------------------------------------------------------------------- listeners
+_LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+
+
+@attrs.frozen
+class Endpoint:
+    """One entry of ``listeners`` or ``advertised.listeners``."""
+
+    listener_name: str
+    host: str
+    port: int
+
+    @property
+    def bind_host(self) -> str | None:
+        """The address to bind; an empty host means every interface, as in Kafka."""
+        return self.host.strip("[]") or None
+
+    def __str__(self) -> str:
+        return f"{self.listener_name}://{self.host}:{self.port}"
+
+
+def parse_endpoints(key: str, text: str | None) -> tuple[Endpoint, ...]:
+    """Parse a comma-separated listener list (``NAME://host:port,...``)."""
+    if not text:
+        return ()
+    endpoints = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        match = _LISTENER_RE.match(item)
+        if match is None:
+            raise ConfigError(key, text, "each listener must look like NAME://host:port")
+        port = int(match["port"])
+        if port > 65535:
+            raise ConfigError(key, text, "ports must be between 0 and 65535")
+        endpoints.append(Endpoint(match["name"].upper(), match["host"], port))
+    names = [e.listener_name for e in endpoints]
+    if len(set(names)) != len(names):
+        raise ConfigError(key, text, "each listener name may appear only once")
+    return tuple(endpoints)
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """Parse ``listener.security.protocol.map`` (``NAME:PROTOCOL,...``)."""
+    mapping: dict[str, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                "listener.security.protocol.map",
+                text,
+                "entries must be NAME:PROTOCOL with PROTOCOL one of " + ", ".join(SECURITY_PROTOCOLS),
+            )
+        mapping[name.strip().upper()] = protocol
+    return mapping
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """Parse ``max.connections.per.ip.overrides`` (``host:n,ip:n``) without resolving names."""
+    overrides: dict[str, int] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        try:
+            value = int(count)
+        except ValueError:
+            value = -1
+        if not sep or not host or value < 0:
+            raise ConfigError(
+                "max.connections.per.ip.overrides",
+                text,
+                "entries must be host:count or ip:count with a non-negative count",
+            )
+        overrides[host.strip("[]")] = value
+    return overrides
+
+
+# ------------------------------------------------------------------------------- config
+@attrs.frozen(kw_only=True)
+class BrokerConfig:
+    """Every setting of the broker, under Kafka's names and with Kafka's defaults.
+
+    Build one with :func:`load_config`; the attribute declarations below are also the source of
+    ``docs/configuration.md``.
+    """
+
+    # -- identity and listeners
+    node_id: int = setting("node.id", 1, "This broker's id, advertised in Metadata.",
+                           validator=at_least(0), group="Broker")
+    cluster_id: str | None = _str_setting(
+        "cluster.id", None,
+        "Cluster id reported to clients. Unset: generated once and kept in meta.properties.",
+        group="Broker")
+    listeners: str = _str_setting(
+        "listeners", "PLAINTEXT://localhost:9092",
+        "Comma-separated NAME://host:port endpoints to listen on. Port 0 picks a free port; an "
+        "empty host binds every interface.")
+    advertised_listeners: str | None = _str_setting(
+        "advertised.listeners", None,
+        "Endpoints given to clients in Metadata. Unset: the listeners, with their bound ports.")
+    listener_security_protocol_map: str = _str_setting(
+        "listener.security.protocol.map",
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "Security protocol of each listener name. Only PLAINTEXT is implemented so far.")
+    control_plane_listener_name: str | None = _str_setting(
+        "control.plane.listener.name", None,
+        "Listener served by a separate control plane: its own acceptor, one processor, a request "
+        "channel of capacity 20 and its own handler.")
+    # -- network threads and queues
+    num_network_threads: int = setting(
+        "num.network.threads", 3, "Processor tasks per data-plane listener.", validator=at_least(1))
+    num_io_threads: int = setting(
+        "num.io.threads", 8, "Request-handler tasks consuming the data-plane request channel.",
+        validator=at_least(1))
+    queued_max_connections: int = setting(
+        "queued.max.connections", 20,
+        "Capacity of each processor's new-connection channel (Kafka hard-codes 20).",
+        validator=at_least(1))
+    queued_max_requests: int = setting(
+        "queued.max.requests", 500,
+        "Capacity of the request channel between processors and handlers; a full channel stops "
+        "the readers.", validator=at_least(1))
+    queued_max_request_bytes: int = _long(
+        "queued.max.request.bytes", -1,
+        "Bytes of request frames that may be held at once (memory pool). -1 or 0: no limit. "
+        "Otherwise at least socket.request.max.bytes.")
+    connection_max_inflight_requests: int = setting(
+        "connection.max.inflight.requests", 1,
+        "Requests read from one connection before its responses are sent. 1 is Kafka's mute rule; "
+        "more is AutoMQ-style pipelining (responses still leave in request order).",
+        validator=between(1, 1024))
+    socket_request_max_bytes: int = setting(
+        "socket.request.max.bytes", 104857600, "Largest request frame accepted.",
+        validator=at_least(1))
+    socket_send_buffer_bytes: int = setting(
+        "socket.send.buffer.bytes", 102400, "SO_SNDBUF of accepted sockets; -1: OS default.",
+        validator=at_least(-1))
+    socket_receive_buffer_bytes: int = setting(
+        "socket.receive.buffer.bytes", 102400,
+        "SO_RCVBUF set on the listening socket before bind; -1: OS default.",
+        validator=at_least(-1))
+    socket_listen_backlog_size: int = setting(
+        "socket.listen.backlog.size", 50, "Backlog passed to listen().", validator=at_least(1))
+    connections_max_idle_ms: int = _long(
+        "connections.max.idle.ms", 600000,
+        "Close connections idle for longer than this; negative disables.")
+    max_connections: int = setting(
+        "max.connections", INT_MAX,
+        "Connections allowed across the broker; the acceptor waits for a free slot.",
+        validator=at_least(0))
+    max_connections_per_ip: int = setting(
+        "max.connections.per.ip", INT_MAX,
+        "Connections allowed from one IP; more are closed at once. 0 only with overrides.",
+        validator=at_least(0))
+    max_connections_per_ip_overrides: str = _str_setting(
+        "max.connections.per.ip.overrides", "",
+        "Per-host or per-IP limits, 'host:n,ip:n'; host names are resolved at start-up.")
+    max_connection_creation_rate: int = setting(
+        "max.connection.creation.rate", INT_MAX,
+        "New connections per second accepted across the broker; the acceptor waits when over.",
+        validator=at_least(0))
+    quota_window_size_seconds: int = setting(
+        "quota.window.size.seconds", 1, "Length of one quota sample window.",
+        validator=at_least(1), group="Quotas")
+    quota_window_num: int = setting(
+        "quota.window.num", 11, "Number of quota sample windows.", validator=at_least(1),
+        group="Quotas")
+    shutdown_graceful_timeout_ms: int = _long(
+        "shutdown.graceful.timeout.ms", 10000,
+        "How long in-flight requests may finish at shutdown before they are cancelled.",
+        validator=at_least(0))
+    # -- storage
+    log_dirs: str | None = _str_setting(
+        "log.dirs", None, "Data directory (the first of a comma-separated list is used).",
+        group="Log")
+    log_dir: str = _str_setting(
+        "log.dir", "/tmp/trio-broker-logs", "Data directory when log.dirs is unset.", group="Log")
+    auto_create_topics_enable: bool = _bool_setting(
+        "auto.create.topics.enable", True, "Create unknown topics named in Metadata requests.",
+        group="Log")
+    delete_topic_enable: bool = _bool_setting(
+        "delete.topic.enable", True, "Allow DeleteTopics.", group="Log")
+    num_partitions: int = setting(
+        "num.partitions", 1, "Partitions of auto-created topics.", validator=at_least(1),
+        group="Log")
+    default_replication_factor: int = setting(
+        "default.replication.factor", 1, "Replication factor of auto-created topics (must be 1).",
+        validator=between(1, 1), group="Log")
+    message_max_bytes: int = setting(
+        "message.max.bytes", 1048588, "Largest record batch accepted.", validator=at_least(0),
+        group="Log")
+    log_segment_bytes: int = setting(
+        "log.segment.bytes", 1073741824, "Roll a segment when it reaches this size.",
+        validator=at_least(14), group="Log")
+    log_roll_ms: int | None = _long(
+        "log.roll.ms", None, "Roll a segment this old; unset: log.roll.hours.",
+        validator=at_least(1), group="Log")
+    log_roll_hours: int = setting(
+        "log.roll.hours", 168, "Roll a segment this old.", validator=at_least(1), group="Log")
+    log_retention_ms: int | None = _long(
+        "log.retention.ms", None, "Delete segments older than this; -1 keeps them forever.",
+        validator=at_least(-1), group="Log")
+    log_retention_minutes: int | None = setting(
+        "log.retention.minutes", None, "Retention in minutes when log.retention.ms is unset.",
+        parser=_parse_optional_int, validator=at_least(-1), group="Log")
+    log_retention_hours: int = setting(
+        "log.retention.hours", 168, "Retention in hours when the finer keys are unset.",
+        validator=at_least(-1), group="Log")
+    log_retention_bytes: int = _long(
+        "log.retention.bytes", -1, "Delete old segments while a partition is larger; -1: no limit.",
+        group="Log")
+    log_retention_check_interval_ms: int = _long(
+        "log.retention.check.interval.ms", 300000, "How often retention runs.",
+        validator=at_least(1), group="Log")
+    log_flush_interval_messages: int = _long(
+        "log.flush.interval.messages", LONG_MAX,
+        "fsync a partition after this many appended messages (default: leave it to the OS).",
+        validator=at_least(1), group="Log")
+    log_flush_interval_ms: int | None = _long(
+        "log.flush.interval.ms", None,
+        "fsync a partition whose oldest unflushed data is this old; unset: "
+        "log.flush.scheduler.interval.ms.", validator=at_least(0), group="Log")
+    log_flush_scheduler_interval_ms: int = _long(
+        "log.flush.scheduler.interval.ms", LONG_MAX, "How often the time-based flush runs.",
+        validator=at_least(1), group="Log")
+    log_index_interval_bytes: int = setting(
+        "log.index.interval.bytes", 4096, "Bytes between offset-index entries.",
+        validator=at_least(0), group="Log")
+    log_index_size_max_bytes: int = setting(
+        "log.index.size.max.bytes", 10485760, "Largest offset index; the segment rolls when full.",
+        validator=at_least(4), group="Log")
+    log_message_timestamp_type: str = _str_setting(
+        "log.message.timestamp.type", "CreateTime", "CreateTime or LogAppendTime.",
+        validator=one_of("CreateTime", "LogAppendTime"), group="Log")
+    log_cleanup_policy: str = _str_setting(
+        "log.cleanup.policy", "delete", "Only delete is implemented.",
+        validator=one_of("delete"), group="Log")
+    producer_id_expiration_ms: int = setting(
+        "producer.id.expiration.ms", 86400000,
+        "Forget idempotent producer state this long after its last write.", validator=at_least(1),
+        group="Log")
+    # -- group coordinator
+    group_initial_rebalance_delay_ms: int = setting(
+        "group.initial.rebalance.delay.ms", 3000,
+        "How long the first rebalance of an empty group waits for more members.",
+        validator=at_least(0), group="Groups")
+    group_min_session_timeout_ms: int = setting(
+        "group.min.session.timeout.ms", 6000, "Smallest session timeout a member may ask for.",
+        validator=at_least(0), group="Groups")
+    group_max_session_timeout_ms: int = setting(
+        "group.max.session.timeout.ms", 1800000, "Largest session timeout a member may ask for.",
+        validator=at_least(0), group="Groups")
+    group_max_size: int = setting(
+        "group.max.size", INT_MAX, "Members allowed in one group.", validator=at_least(1),
+        group="Groups")
+    offsets_retention_minutes: int = setting(
+        "offsets.retention.minutes", 10080,
+        "Committed offsets of an empty group expire after this long.", validator=at_least(1),
+        group="Groups")
+    offsets_retention_check_interval_ms: int = _long(
+        "offsets.retention.check.interval.ms", 600000, "How often offset expiry runs.",
+        validator=at_least(1), group="Groups")
+    offsets_topic_num_partitions: int = setting(
+        "offsets.topic.num.partitions", 50, "Partitions of the internal __consumer_offsets log.",
+        validator=at_least(1), group="Groups")
+    offset_metadata_max_bytes: int = setting(
+        "offset.metadata.max.bytes", 4096, "Largest metadata string of a committed offset.",
+        validator=at_least(0), group="Groups")
+    # -- observability
+    metrics_prometheus_listener: str | None = _str_setting(
+        "metrics.prometheus.listener", None,
+        "host:port on which Prometheus text-format metrics are served over HTTP at /metrics; "
+        "unset: not served.", group="Observability")
+    logging_file: str | None = _str_setting(
+        "logging.file", None, "File for the structured log; unset: standard output.",
+        group="Observability")
+    logging_format: str | None = _str_setting(
+        "logging.format", None,
+        "json or console; unset: console on a terminal, json otherwise.",
+        validator=one_of("json", "console"), group="Observability")
+    logging_level: str = _str_setting(
+        "logging.level", "INFO", "Lowest level written.",
+        validator=one_of("DEBUG", "INFO", "WARNING", "ERROR"), group="Observability")
+    logging_file_max_bytes: int = _long(
+        "logging.file.max.bytes", 104857600, "Rotate logging.file at this size; 0: never.",
+        validator=at_least(0), group="Observability")
+    logging_file_backup_count: int = setting(
+        "logging.file.backup.count", 5, "Rotated files kept.", validator=at_least(0),
+        group="Observability")
+    logging_metrics_snapshot_interval_ms: int = _long(
+        "logging.metrics.snapshot.interval.ms", 10000,
+        "Interval of the metrics_snapshot log event; 0 disables it.", validator=at_least(0),
+        group="Observability")
+
+    #: ``listener.name.<listener>.<key>`` settings, by lower-case listener name then key.
+    listener_overrides: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)
+    #: Keys that were given but have no effect here (unknown, or Kafka-only), for the start-up log.
+    ignored_keys: tuple[str, ...] = attrs.field(default=())
+
+    # ---------------------------------------------------------------- derived views
+    @property
+    def data_dir(self) -> Path:
+        """The directory holding partitions and broker metadata."""
+        if self.log_dirs:
+            return Path(self.log_dirs.split(",")[0].strip()).expanduser()
+        return Path(self.log_dir).expanduser()
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return parse_endpoints("listeners", self.listeners)
+
+    @property
+    def advertised_endpoints(self) -> tuple[Endpoint, ...]:
+        return parse_endpoints("advertised.listeners", self.advertised_listeners)
+
+    @property
+    def security_protocols(self) -> dict[str, str]:
+        return parse_protocol_map(self.listener_security_protocol_map)
+
+    @property
+    def ip_overrides(self) -> dict[str, int]:
+        return parse_ip_overrides(self.max_connections_per_ip_overrides)
+
+    @property
+    def log_retention_effective_ms(self) -> int:
+        """Retention from the finest key given, as Kafka resolves it."""
+        if self.log_retention_ms is not None:
+            return self.log_retention_ms
+        if self.log_retention_minutes is not None:
+            return self.log_retention_minutes * 60_000
+        return self.log_retention_hours * 3_600_000
+
+    @property
+    def log_roll_effective_ms(self) -> int:
+        return self.log_roll_ms if self.log_roll_ms is not None else self.log_roll_hours * 3_600_000
+
+    def listener_setting(self, listener: str, key: str) -> int:
+        """A listener-prefixable setting, with the broker-wide value as fallback."""
+        override = self.listener_overrides.get(listener.lower(), {}).get(key)
+        if override is not None:
+            return override
+        return int(getattr(self, _ATTR_BY_KEY[key]))
+
+
+_FIELDS = {f.metadata["key"]: f for f in attrs.fields(BrokerConfig) if "key" in f.metadata}
+_ATTR_BY_KEY = {key: f.name for key, f in _FIELDS.items()}
+_LISTENER_PREFIX_RE = re.compile(r"^listener\.name\.(?P<listener>[^.]+)\.(?P<key>.+)$")
+
+
+def known_keys() -> tuple[str, ...]:
+    return tuple(_FIELDS)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuations."""
+    props: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        match = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", logical)
+        if match:
+            props[match.group(1).replace("\\", "")] = match.group(2)
+        elif logical:
+            props[logical] = ""
+        logical = ""
+    return props
+
+
+def load_properties_file(path: str | Path) -> dict[str, str]:
+    try:
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("--config", str(path), f"the file cannot be read ({exc.strerror})") from exc
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError("--override", text, "overrides must look like key=value")
+    return key.strip(), value
+
+
+def load_config(*sources: Mapping[str, str] | Iterable[tuple[str, str]]) -> BrokerConfig:
+    """Build a validated :class:`BrokerConfig` from string sources; later sources win.
+
+    Raises :class:`ConfigError` naming the key and what is allowed on the first bad value.
+    """
+    merged: dict[str, str] = {}
+    for source in sources:
+        items = source.items() if isinstance(source, Mapping) else source
+        for key, value in items:
+            merged[KEY_ALIASES.get(key.strip(), key.strip())] = value
+
+    values: dict[str, Any] = {}
+    overrides: dict[str, dict[str, int]] = {}
+    ignored: list[str] = []
+    for key, text in merged.items():
+        field = _FIELDS.get(key)
+        if field is None:
+            prefixed = _LISTENER_PREFIX_RE.match(key)
+            if prefixed and prefixed["key"] in LISTENER_PREFIXABLE_KEYS:
+                base = _FIELDS[prefixed["key"]]
+                value = _convert(key, base, text)
+                overrides.setdefault(prefixed["listener"].lower(), {})[prefixed["key"]] = value
+            else:
+                ignored.append(key)
+            continue
+        values[field.name] = _convert(key, field, text)
+
+    config = BrokerConfig(
+        **values, listener_overrides=overrides, ignored_keys=tuple(sorted(ignored))
+    )
+    validate(config)
+    return config
+
+
+def _convert(key: str, field: attrs.Attribute[Any], text: str) -> Any:
+    meta = field.metadata
+    try:
+        value = meta["parser"](text)
+    except ValueError:
+        raise ConfigError(key, text, f"expected a value of type {meta['type_name']}") from None
+    problem = meta["validator"](value)
+    if problem:
+        raise ConfigError(key, value, problem)
+    return value
+
+
+def validate(config: BrokerConfig) -> None:
+    """Cross-field rules (Kafka's KafkaConfig checks); single values were checked on parse."""
+    endpoints = config.endpoints
+    if not endpoints:
+        raise ConfigError("listeners", config.listeners, "at least one listener is required")
+    protocols = config.security_protocols
+    for endpoint in endpoints:
+        protocol = protocols.get(endpoint.listener_name)
+        if protocol is None:
+            raise ConfigError(
+                "listener.security.protocol.map",
+                config.listener_security_protocol_map,
+                f"listener {endpoint.listener_name} has no security protocol mapped",
+            )
+        if protocol not in IMPLEMENTED_SECURITY_PROTOCOLS:
+            raise ConfigError(
+                "listeners",
+                str(endpoint),
+                f"security protocol {protocol} of listener {endpoint.listener_name} is not "
+                "implemented yet; allowed: " + ", ".join(IMPLEMENTED_SECURITY_PROTOCOLS),
+            )
+    names = {e.listener_name for e in endpoints}
+    for advertised in config.advertised_endpoints:
+        if advertised.listener_name not in names:
+            raise ConfigError(
+                "advertised.listeners", config.advertised_listeners,
+                f"listener {advertised.listener_name} is not in listeners",
+            )
+        if advertised.host in ("0.0.0.0", "::", "[::]"):
+            raise ConfigError(
+                "advertised.listeners", config.advertised_listeners,
+                "advertising the wildcard address is not allowed",
+            )
+    if config.control_plane_listener_name is not None:
+        control = config.control_plane_listener_name.upper()
+        if control not in names:
+            raise ConfigError(
+                "control.plane.listener.name", config.control_plane_listener_name,
+                "must name one of the listeners: " + ", ".join(sorted(names)),
+            )
+        if len(names) < 2:
+            raise ConfigError(
+                "control.plane.listener.name", config.control_plane_listener_name,
+                "needs a second listener for the data plane",
+            )
+    for listener in config.listener_overrides:
+        if listener.upper() not in names:
+            raise ConfigError(
+                f"listener.name.{listener}", listener, "must name one of the listeners"
+            )
+    if 0 < config.queued_max_request_bytes < config.socket_request_max_bytes:
+        raise ConfigError(
+            "queued.max.request.bytes", config.queued_max_request_bytes,
+            f"must be <= 0 or at least socket.request.max.bytes ({config.socket_request_max_bytes})",
+        )
+    if config.max_connections_per_ip == 0 and not config.ip_overrides:
+        raise ConfigError(
+            "max.connections.per.ip", 0,
+            "may be 0 only when max.connections.per.ip.overrides is set",
+        )
+    if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
+        raise ConfigError(
+            "group.min.session.timeout.ms", config.group_min_session_timeout_ms,
+            "must not exceed group.max.session.timeout.ms",
+        )
+    if config.metrics_prometheus_listener is not None:
+        host, sep, port = config.metrics_prometheus_listener.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(
+                "metrics.prometheus.listener", config.metrics_prometheus_listener,
+                "must look like host:port",
+            )
+
+
+def config_reference_markdown() -> str:
+    """The configuration reference (docs/configuration.md) rendered from the declarations."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `trio_broker/config.py` (`python -m trio_broker.config`). Keys are Kafka's;",
+        "a Kafka `server.properties` works as the config file. Listener-scoped keys may be given as",
+        "`listener.name.<listener>.<key>` for: " + ", ".join(sorted(LISTENER_PREFIXABLE_KEYS)) + ".",
+        "",
+    ]
+    groups: dict[str, list[attrs.Attribute[Any]]] = {}
+    for field in _FIELDS.values():
+        groups.setdefault(field.metadata["group"], []).append(field)
+    for group, fields in groups.items():
+        lines += [f"## {group}", "", "| key | type | default | description |", "|---|---|---|---|"]
+        for field in fields:
+            meta = field.metadata
+            default = "unset" if field.default is None else f"`{field.default}`"
+            doc = meta["doc"]
+            allowed = meta["validator"].__doc__
+            if allowed and meta["validator"] is not _any:
+                doc += f" {allowed}."
+            lines.append(f"| `{meta['key']}` | {meta['type_name']} | {default} | {doc} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(config_reference_markdown())

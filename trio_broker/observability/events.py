@@ -1,0 +1,148 @@
+"""The structured-log contract: every event the broker writes, with its fields and their types.
+
+The broker emits events only through :func:`trio_broker.observability.log.emit`, which (in tests)
+checks each call against :data:`EVENTS`; the Spark jobs in ``trio_broker.analytics`` build their
+explicit schemas from the same declarations. Adding a field means adding it here first.
+
+Types are Spark's simple type names: ``string``, ``long``, ``double``, ``boolean``.
+Every line also carries the :data:`COMMON_FIELDS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+#: Bumped whenever an event or field is removed or changes type (adding is compatible).
+SCHEMA_VERSION = 1
+
+STRING = "string"
+LONG = "long"
+DOUBLE = "double"
+BOOLEAN = "boolean"
+
+
+@attrs.frozen
+class EventSpec:
+    """One event: its name, level and the fields it may carry (besides the common ones)."""
+
+    name: str
+    description: str
+    fields: Mapping[str, str]
+    level: str = "info"
+
+
+#: Fields on every line. ``timestamp`` is ISO 8601 UTC, ``broker`` the node id.
+COMMON_FIELDS: Mapping[str, str] = {
+    "timestamp": STRING,
+    "level": STRING,
+    "event": STRING,
+    "broker": LONG,
+    "schema_version": LONG,
+}
+
+#: Fields bound to every event emitted inside a connection's task.
+CONNECTION_FIELDS: Mapping[str, str] = {
+    "connection_id": STRING,
+    "listener": STRING,
+    "processor": LONG,
+    "peer": STRING,
+    "security_protocol": STRING,
+}
+
+_LISTENER = {"listener": STRING}
+
+#: The canonical per-request line, with Kafka's request-time breakdown in milliseconds.
+REQUEST_FIELDS: Mapping[str, str] = {
+    **CONNECTION_FIELDS,
+    "api": STRING,
+    "api_key": LONG,
+    "api_version": LONG,
+    "correlation_id": LONG,
+    "client_id": STRING,
+    "client_software_name": STRING,
+    "client_software_version": STRING,
+    "principal": STRING,
+    "request_bytes": LONG,
+    "response_bytes": LONG,
+    "error": STRING,
+    "response_action": STRING,
+    "request_queue_ms": DOUBLE,
+    "local_ms": DOUBLE,
+    "remote_ms": DOUBLE,
+    "throttle_ms": DOUBLE,
+    "response_queue_ms": DOUBLE,
+    "send_ms": DOUBLE,
+    "total_ms": DOUBLE,
+}
+
+
+def _spec(name: str, description: str, fields: Mapping[str, str], level: str = "info") -> EventSpec:
+    return EventSpec(name, description, dict(fields), level)
+
+
+_EVENT_LIST = [
+    # -- life cycle
+    _spec("broker_starting", "The broker process is starting.",
+          {"version": STRING, "data_dir": STRING, "ignored_config_keys": STRING}),
+    _spec("config_key_ignored", "A configuration key was given that has no effect here.",
+          {"key": STRING, "reason": STRING}, "warning"),
+    _spec("listener_bound", "A listener's socket is bound and listening.",
+          {**_LISTENER, "host": STRING, "port": LONG, "security_protocol": STRING,
+           "control_plane": BOOLEAN}),
+    _spec("broker_ready", "Every listener is bound; the broker serves requests.",
+          {"listeners": STRING, "advertised": STRING, "startup_ms": DOUBLE}),
+    _spec("shutdown_step", "One step of the ordered shutdown.",
+          {"step": STRING, "elapsed_ms": DOUBLE, "detail": STRING}),
+    _spec("broker_stopped", "The broker finished shutting down.", {"uptime_s": DOUBLE}),
+    _spec("metrics_server_started", "Prometheus metrics are served over HTTP.",
+          {"host": STRING, "port": LONG}),
+    _spec("metrics_snapshot", "Periodic snapshot of the front end's gauges.",
+          {"request_queue_size": LONG, "response_queue_size": LONG,
+           "network_processor_avg_idle_percent": DOUBLE, "memory_pool_available": LONG,
+           "memory_pool_used": LONG, "connection_count": LONG, "request_handler_avg_idle_percent": DOUBLE}),
+    # -- connections
+    _spec("connection_accepted", "A connection was accepted and handed to a processor.",
+          {**CONNECTION_FIELDS, "ip": STRING}),
+    _spec("connection_rejected", "A connection was refused at accept time.",
+          {**_LISTENER, "ip": STRING, "peer": STRING, "reason": STRING, "limit": LONG},
+          "warning"),
+    _spec("connection_closed", "A connection ended.",
+          {**CONNECTION_FIELDS, "reason": STRING, "detail": STRING, "requests": LONG,
+           "duration_ms": DOUBLE}),
+    _spec("connection_expired", "A connection was closed after connections.max.idle.ms idle.",
+          {**CONNECTION_FIELDS, "idle_ms": DOUBLE}),
+    _spec("acceptor_blocked", "The acceptor waited: all processor queues full, or no free slot.",
+          {**_LISTENER, "reason": STRING, "blocked_ms": DOUBLE}),
+    _spec("connection_muted", "A connection stopped reading.",
+          {**CONNECTION_FIELDS, "reason": STRING, "inflight": LONG}),
+    _spec("connection_unmuted", "A connection resumed reading.",
+          {**CONNECTION_FIELDS, "reason": STRING, "muted_ms": DOUBLE}),
+    _spec("invalid_request", "A frame was refused; the connection is closed as Kafka does.",
+          {**CONNECTION_FIELDS, "reason": STRING, "api_key": LONG, "api_version": LONG,
+           "size": LONG, "detail": STRING}, "warning"),
+    _spec("unsupported_api", "A request named an API this broker does not implement.",
+          {**CONNECTION_FIELDS, "api_key": LONG, "api_version": LONG, "api": STRING}, "warning"),
+    _spec("client_registered", "A client identified itself with ApiVersions (KIP-511).",
+          {**CONNECTION_FIELDS, "client_software_name": STRING,
+           "client_software_version": STRING}),
+    _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS),
+    _spec("request_failed", "A handler raised; the connection is closed.",
+          {**CONNECTION_FIELDS, "api": STRING, "correlation_id": LONG, "error": STRING,
+           "detail": STRING}, "error"),
+    _spec("throttle_started", "A connection is throttled (KIP-219).",
+          {**CONNECTION_FIELDS, "client_id": STRING, "quota_type": STRING, "throttle_ms": DOUBLE}),
+    _spec("throttle_ended", "A throttled connection may read again.",
+          {**CONNECTION_FIELDS, "client_id": STRING}),
+]
+
+#: Every declared event, by name.
+EVENTS: Mapping[str, EventSpec] = {spec.name: spec for spec in _EVENT_LIST}
+
+assert len(EVENTS) == len(_EVENT_LIST), "an event name is declared twice"
+
+
+def all_fields(event: str) -> Mapping[str, str]:
+    """The fields an event may carry, including the common ones."""
+    return {**COMMON_FIELDS, **EVENTS[event].fields}

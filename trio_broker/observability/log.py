@@ -1,0 +1,194 @@
+"""structlog set-up and the one function the broker logs through.
+
+Lines are rendered on the event loop (cheap) and written by a background thread through a queue,
+so a slow disk or terminal never stalls request handling. Files rotate by size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import sys
+import threading
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from .events import COMMON_FIELDS, EVENTS, SCHEMA_VERSION
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR}
+
+
+class SchemaViolation(AssertionError):
+    """Raised in strict mode when an event or field is not declared in ``events.py``."""
+
+
+class LineWriter:
+    """Writes rendered lines from a background thread, rotating ``path`` by size."""
+
+    def __init__(self, path: str | None, max_bytes: int = 0, backup_count: int = 0,
+                 stream: TextIO | None = None) -> None:
+        self._path = Path(path) if path else None
+        self._max_bytes = max_bytes
+        self._backup_count = backup_count
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._stream: TextIO
+        self._size = 0
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream = self._path.open("a", encoding="utf-8")
+            self._size = self._stream.tell()
+        else:
+            self._stream = stream if stream is not None else sys.stdout
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._run, name="trio-broker-log", daemon=True)
+        self._thread.start()
+
+    def write(self, line: str) -> None:
+        self._idle.clear()
+        self._queue.put(line)
+
+    def _run(self) -> None:
+        while True:
+            line = self._queue.get()
+            if line is None:
+                self._stream.flush()
+                return
+            self._write_one(line)
+            if self._queue.empty():
+                with contextlib.suppress(ValueError):
+                    self._stream.flush()
+                self._idle.set()
+
+    def _write_one(self, line: str) -> None:
+        data = line + "\n"
+        if self._path is not None and self._max_bytes > 0 and self._size + len(data) > self._max_bytes \
+                and self._size > 0:
+            self._rotate()
+        try:
+            self._stream.write(data)
+        except ValueError:  # stream closed under us (interpreter exit)
+            return
+        self._size += len(data)
+
+    def _rotate(self) -> None:
+        assert self._path is not None
+        self._stream.close()
+        if self._backup_count > 0:
+            for index in range(self._backup_count - 1, 0, -1):
+                older = self._path.with_name(f"{self._path.name}.{index}")
+                if older.exists():
+                    os.replace(older, self._path.with_name(f"{self._path.name}.{index + 1}"))
+            os.replace(self._path, self._path.with_name(f"{self._path.name}.1"))
+        else:
+            self._path.unlink(missing_ok=True)
+        self._stream = self._path.open("a", encoding="utf-8")
+        self._size = 0
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until every queued line is written."""
+        self._idle.wait(timeout)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        if self._path is not None:
+            self._stream.close()
+
+
+class _WriterLogger:
+    """The structlog logger: hands each rendered line to the :class:`LineWriter`."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        self._writer = writer
+
+    def msg(self, message: str) -> None:
+        self._writer.write(message)
+
+    log = debug = info = warning = warn = error = critical = exception = msg
+
+
+_state: dict[str, Any] = {"writer": None, "strict": False, "broker": None}
+
+
+def _check_schema(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+                  ) -> MutableMapping[str, Any]:
+    if not _state["strict"]:
+        return event_dict
+    name = event_dict.get("event")
+    spec = EVENTS.get(str(name))
+    if spec is None:
+        raise SchemaViolation(f"event {name!r} is not declared in observability/events.py")
+    undeclared = set(event_dict) - set(spec.fields) - set(COMMON_FIELDS)
+    if undeclared:
+        raise SchemaViolation(f"event {name!r} carries undeclared fields {sorted(undeclared)}")
+    return event_dict
+
+
+def _add_common(_logger: Any, method: str, event_dict: MutableMapping[str, Any]
+                ) -> MutableMapping[str, Any]:
+    event_dict["level"] = method if method != "warn" else "warning"
+    event_dict["broker"] = _state["broker"]
+    event_dict["schema_version"] = SCHEMA_VERSION
+    return event_dict
+
+
+def configure_logging(*, broker_id: int, file: str | None = None, fmt: str | None = None,
+                      level: str = "INFO", max_bytes: int = 0, backup_count: int = 0,
+                      strict: bool = False, stream: TextIO | None = None) -> LineWriter:
+    """Configure structlog for the broker; returns the writer (call ``close()`` at exit).
+
+    ``fmt`` None picks console output on a terminal and JSON otherwise.
+    """
+    previous = _state["writer"]
+    if previous is not None:
+        previous.close()
+    writer = LineWriter(file, max_bytes, backup_count, stream)
+    out = stream if stream is not None else sys.stdout
+    if fmt is None:
+        fmt = "console" if file is None and out.isatty() else "json"
+    renderer: Any = (structlog.dev.ConsoleRenderer(colors=False) if fmt == "console"
+                     else structlog.processors.JSONRenderer())
+    _state.update(writer=writer, strict=strict, broker=broker_id)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            _add_common,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _check_schema,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
+        logger_factory=lambda *args: _WriterLogger(writer),
+        cache_logger_on_first_use=False,
+    )
+    return writer
+
+
+_logger = structlog.get_logger("trio_broker")
+
+
+def emit(event: str, /, **fields: Any) -> None:
+    """Write one declared event at the level its declaration gives."""
+    spec = EVENTS.get(event)
+    level = spec.level if spec is not None else "info"
+    getattr(_logger, level)(event, **fields)
+
+
+@contextlib.contextmanager
+def bound(**fields: Any) -> Iterator[None]:
+    """Bind fields to every event emitted in this task (and tasks it starts) for the block."""
+    with structlog.contextvars.bound_contextvars(**fields):
+        yield
+
+
+def flush() -> None:
+    writer = _state["writer"]
+    if writer is not None:
+        writer.flush()

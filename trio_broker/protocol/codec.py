@@ -1,0 +1,189 @@
+"""Sans-IO request decoding and response encoding, on top of kio's generated message classes.
+
+:func:`decode_request` applies Kafka's rules for a frame (``RequestHeader.parse`` and
+``RequestContext.parseRequest``):
+
+* an unparseable header, an unknown or unsupported API key, or a version outside the supported
+  range raises :class:`InvalidRequest`; the caller closes the connection without a response;
+* ApiVersions is the exception: an unsupported ApiVersions version is answered (as v0, with
+  UNSUPPORTED_VERSION) so that clients can learn what the broker speaks;
+* an unparseable body raises :class:`InvalidRequest` too.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
+
+import attrs
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY = 18
+_API_KEY_AND_VERSION = struct.Struct(">hh")
+_CORRELATION_ID = struct.Struct(">i")
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API key (``Produce``, ``ApiVersions``), or ``Unknown(<key>)``."""
+    return _api_name(api_key)
+
+
+@cache
+def _api_name(api_key: int) -> str:
+    snake = api_key_map.get(api_key)
+    if snake is None:
+        return f"Unknown({api_key})"
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> type[Any]:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_schema(api_key: int, api_version: int) -> type[Any]:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def _reader(schema: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
+    return entity_reader(schema)  # type: ignore[no-any-return]
+
+
+@cache
+def _writer(schema: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+    return entity_writer(schema)  # type: ignore[no-any-return]
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    return bool(request_schema(api_key, api_version).__flexible__)
+
+
+class InvalidRequest(Exception):
+    """A frame Kafka would refuse by closing the connection. ``reason`` is a short code."""
+
+    def __init__(self, reason: str, detail: str, api_key: int = -1, api_version: int = -1) -> None:
+        self.reason = reason
+        self.detail = detail
+        self.api_key = api_key
+        self.api_version = api_version
+        super().__init__(f"{reason}: {detail}")
+
+
+@attrs.frozen
+class DecodedRequest:
+    """A request as the processor hands it to the request channel."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    #: Set when an ApiVersions request asked for a version we do not support (answered as v0).
+    unsupported_version: bool = False
+
+    @property
+    def api(self) -> str:
+        return api_name(self.api_key)
+
+
+def peek_api(frame: bytes) -> tuple[int, int]:
+    """API key and version of a frame, without parsing the rest."""
+    if len(frame) < _API_KEY_AND_VERSION.size:
+        raise InvalidRequest("header_too_short", f"{len(frame)} bytes")
+    key, version = _API_KEY_AND_VERSION.unpack_from(frame, 0)
+    return int(key), int(version)
+
+
+def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> DecodedRequest:
+    """Parse one frame against the broker's supported ``{api_key: (min, max)}`` table."""
+    api_key, api_version = peek_api(frame)
+    versions = supported.get(api_key)
+    if versions is None:
+        reason = "unknown_api_key" if api_key not in api_key_map else "unsupported_api"
+        raise InvalidRequest(reason, f"api key {api_key}", api_key, api_version)
+    low, high = versions
+    unsupported = False
+    if not low <= api_version <= high:
+        if api_key != API_VERSIONS_KEY:
+            raise InvalidRequest(
+                "unsupported_version",
+                f"{api_name(api_key)} v{api_version} outside v{low}-v{high}", api_key, api_version,
+            )
+        unsupported = True
+    header_schema = (
+        RequestHeaderV1 if unsupported or not is_flexible(api_key, api_version) else RequestHeaderV2
+    )
+    try:
+        header, header_size = _reader(header_schema)(frame, 0)
+    except Exception as exc:  # kio raises several types for truncated or bad input
+        raise InvalidRequest("bad_header", repr(exc), api_key, api_version) from None
+    if unsupported:
+        # Kafka skips the body and treats the request as ApiVersions v0 (RequestContext).
+        body: Any = None
+    else:
+        try:
+            body, _ = _reader(request_schema(api_key, api_version))(frame, header_size)
+        except Exception as exc:
+            raise InvalidRequest("bad_body", repr(exc), api_key, api_version) from None
+    return DecodedRequest(
+        api_key=api_key,
+        api_version=api_version,
+        correlation_id=int(header.correlation_id),
+        client_id=header.client_id,
+        body=body,
+        unsupported_version=unsupported,
+    )
+
+
+def encode_body(body: Any) -> bytes:
+    buffer = io.BytesIO()
+    _writer(type(body))(buffer, body)
+    return buffer.getvalue()
+
+
+def encode_response(request: DecodedRequest, body: Any) -> bytes:
+    """A framed response: size, response header (v0, or v1 for flexible APIs), body.
+
+    ApiVersions always answers with header v0 so that any client can read it.
+    """
+    flexible = bool(type(body).__flexible__) and request.api_key != API_VERSIONS_KEY
+    payload = encode_body(body)
+    header = _CORRELATION_ID.pack(request.correlation_id)
+    if flexible:
+        header += b"\x00"  # empty tagged-field section
+    return struct.pack(">i", len(header) + len(payload)) + header + payload
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytes:
+    """A framed request (for tests, benchmarks and examples that speak the raw protocol)."""
+    header_schema = RequestHeaderV2 if is_flexible(api_key, api_version) else RequestHeaderV1
+    header = header_schema(
+        request_api_key=api_key, request_api_version=api_version,
+        correlation_id=correlation_id, client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    _writer(header_schema)(buffer, header)
+    _writer(type(body))(buffer, body)
+    payload = buffer.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, Any]:
+    """Parse a response payload (without its size prefix): ``(correlation_id, body)``."""
+    (correlation_id,) = _CORRELATION_ID.unpack_from(payload, 0)
+    schema = response_schema(api_key, api_version)
+    offset = _CORRELATION_ID.size
+    if schema.__flexible__ and api_key != API_VERSIONS_KEY:
+        offset += 1  # tagged fields; we never send any
+    body, _ = _reader(schema)(payload, offset)
+    return int(correlation_id), body
