@@ -1,3 +1,7 @@
-"""API handler modules; importing this package registers all of them (see ``registry``)."""
+"""API handler modules. Importing this package imports (and so registers) every module in it."""
 
-from . import api_versions, metadata  # noqa: F401
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,37 @@
+"""The broker: configuration, storage, coordinator and the socket server, under one nursery."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..config import BrokerConfig, Endpoint
+
+if TYPE_CHECKING:
+    import trio
+
+
+@attrs.define
+class Broker:
+    """Everything a handler may need. Built and run by :func:`trio_broker.server.app.run_broker`.
+
+    ``log_manager`` is the storage layer (``trio_broker.storage``), ``group_coordinator`` the
+    classic group coordinator (``trio_broker.coordinator``).
+    """
+
+    config: BrokerConfig
+    cluster_id: str
+    log_manager: Any = None
+    group_coordinator: Any = None
+    #: Advertised endpoint of each listener (by upper-case name), known once bound.
+    advertised: dict[str, Endpoint] = attrs.field(factory=dict)
+    #: Nursery for parked (delayed) operations; set while the broker runs.
+    purgatory: trio.Nursery | None = None
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    def advertised_endpoint(self, listener: str) -> Endpoint:
+        return self.advertised[listener.upper()]
