@@ -1,0 +1,96 @@
+"""Helpers shared by the metadata and admin handlers (no handler is registered here).
+
+kio generates one dataclass per API version, and fields come and go between versions. Handlers
+build their answers with :func:`build`, which keeps only the fields the chosen version has, so
+one code path serves every version of an API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import response_schema
+
+#: Kafka's ``Topic.validate``: legal characters and maximum length.
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+
+#: ``TopicInfo.internal`` aside, names Kafka treats as internal (``Topic.isInternal``).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+#: AclOperation codes (``org.apache.kafka.common.acl.AclOperation``), for the authorized-operations
+#: bit fields. Without an authorizer Kafka reports every operation the resource supports.
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+_CREATE_TOKENS, _DESCRIBE_TOKENS = 13, 14
+TOPIC_OPERATIONS = sum(
+    1 << op for op in (_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS,
+                       _ALTER_CONFIGS)
+)
+CLUSTER_OPERATIONS = sum(
+    1 << op for op in (_CREATE, _ALTER, _DESCRIBE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS,
+                       _ALTER_CONFIGS, _IDEMPOTENT_WRITE, _CREATE_TOKENS, _DESCRIBE_TOKENS)
+)
+#: The "not requested" value of an authorized-operations field.
+OPERATIONS_OMITTED = -(2**31)
+
+
+def response_module(api_key: int, api_version: int) -> ModuleType:
+    """The kio module holding a response class and its nested entity classes."""
+    return sys.modules[response_schema(api_key, api_version).__module__]
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def build(cls: type[Any], **values: Any) -> Any:
+    """Instantiate a kio dataclass with the given values that this version has; drop the rest."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls: type[Any], name: str) -> bool:
+    return name in _field_names(cls)
+
+
+def topic_name_problem(name: str | None) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's ``Topic.validate``), or None."""
+    if name is None or name == "":
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
+    if not _LEGAL_TOPIC.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                "alphanumerics, '.', '_' and '-'")
+    return None
+
+
+def error_of(exc: BaseException) -> tuple[ErrorCode, str]:
+    """Kafka error code and message of a storage error (or of an unexpected exception)."""
+    code = getattr(exc, "error_code", None)
+    message = getattr(exc, "message", None) or str(exc)
+    if isinstance(code, ErrorCode):
+        return code, message
+    if isinstance(code, int):
+        try:
+            return ErrorCode(code), message
+        except ValueError:
+            pass
+    return ErrorCode.unknown_server_error, message
+
+
+def is_internal_topic(name: str, info: Any = None) -> bool:
+    if info is not None and getattr(info, "internal", False):
+        return True
+    return name in INTERNAL_TOPICS
