@@ -8,9 +8,9 @@ one code path serves every version of an API.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 import sys
-from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -47,9 +47,14 @@ def response_module(api_key: int, api_version: int) -> ModuleType:
     return sys.modules[response_schema(api_key, api_version).__module__]
 
 
-@cache
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+
 def _field_names(cls: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def build(cls: type[Any], **values: Any) -> Any:
@@ -94,3 +99,21 @@ def is_internal_topic(name: str, info: Any = None) -> bool:
     if info is not None and getattr(info, "internal", False):
         return True
     return name in INTERNAL_TOPICS
+
+
+#: Reported per resource when the broker runs without storage (the front end on its own).
+NO_STORAGE = (ErrorCode.kafka_storage_error, "The broker has no storage attached")
+
+
+def throttle(ctx: Any) -> datetime.timedelta:
+    """The response's ``throttle_time`` field."""
+    return datetime.timedelta(milliseconds=ctx.throttle_ms)
+
+
+def duplicates(names: Any) -> set[Any]:
+    """Items that occur more than once (Kafka refuses such entries with INVALID_REQUEST)."""
+    seen: set[Any] = set()
+    repeated: set[Any] = set()
+    for name in names:
+        (repeated if name in seen else seen).add(name)
+    return repeated

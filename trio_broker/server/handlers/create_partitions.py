@@ -1,0 +1,77 @@
+"""CreatePartitions (API key 37): raise a topic's partition count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import NO_STORAGE, build, duplicates, error_of, response_module, throttle
+
+CREATE_PARTITIONS = 37
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+def _problem(ctx: RequestContext, topic: Any, current: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's checks of a new partition count and assignment, or None when acceptable."""
+    count = int(topic.count)
+    if count < current:
+        return ErrorCode.invalid_partitions, \
+            f"Topic currently has {current} partitions, which is higher than the requested {count}."
+    if count == current:
+        return ErrorCode.invalid_partitions, f"Topic already has {current} partitions."
+    if topic.assignments is not None:
+        added = count - current
+        if len(topic.assignments) != added:
+            return ErrorCode.invalid_replica_assignment, \
+                f"Increasing the number of partitions by {added} but {len(topic.assignments)} " \
+                "assignments provided."
+        node = ctx.broker.node_id
+        for assignment in topic.assignments:
+            if list(assignment.broker_ids) != [node]:
+                return ErrorCode.invalid_replica_assignment, \
+                    f"Unknown broker(s) or replication factor above 1 in assignment " \
+                    f"{list(assignment.broker_ids)}; only broker {node} is registered."
+    return None
+
+
+@api_handler(CREATE_PARTITIONS, MIN_VERSION, MAX_VERSION)
+async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
+    """Add partitions to each requested topic."""
+    module = response_module(CREATE_PARTITIONS, ctx.api_version)
+    lm = ctx.broker.log_manager
+    repeated = duplicates(t.name for t in body.topics)
+    results = []
+    reported: set[str] = set()
+    for topic in body.topics:
+        name = topic.name
+        code, message = ErrorCode.none, None
+        if name in repeated:
+            if name in reported:
+                continue
+            reported.add(name)
+            code, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        elif lm is None:
+            code, message = NO_STORAGE
+        else:
+            info = lm.topics.get(name)
+            if info is None:
+                code, message = ErrorCode.unknown_topic_or_partition, \
+                    "This server does not host this topic-partition."
+            else:
+                problem = _problem(ctx, topic, info.num_partitions)
+                if problem is not None:
+                    code, message = problem
+                else:
+                    try:
+                        lm.create_partitions(name, int(topic.count),
+                                             validate_only=bool(body.validate_only))
+                    except Exception as exc:  # StorageError, per topic
+                        code, message = error_of(exc)
+        results.append(build(module.CreatePartitionsTopicResult, name=name, error_code=code,
+                             error_message=message))
+    return build(module.CreatePartitionsResponse, throttle_time=throttle(ctx),
+                 results=tuple(results))

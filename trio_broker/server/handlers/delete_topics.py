@@ -1,0 +1,83 @@
+"""DeleteTopics (API key 20): remove topics, by name or (v6) by topic id, with their files."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import (
+    NO_STORAGE,
+    build,
+    duplicates,
+    error_of,
+    is_internal_topic,
+    response_module,
+    throttle,
+)
+
+DELETE_TOPICS = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _targets(body: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    """``(name, topic_id)`` pairs as requested; v6 may give either (never both)."""
+    if hasattr(body, "topics"):
+        return [(t.name, t.topic_id if t.topic_id != _ZERO_UUID else None) for t in body.topics]
+    return [(name, None) for name in body.topic_names]
+
+
+@api_handler(DELETE_TOPICS, MIN_VERSION, MAX_VERSION)
+async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
+    """Delete each requested topic; one result per entry."""
+    module = response_module(DELETE_TOPICS, ctx.api_version)
+    lm = ctx.broker.log_manager
+    targets = _targets(body)
+    repeated = duplicates(name if topic_id is None else topic_id for name, topic_id in targets)
+    results = []
+    for name, topic_id in targets:
+        code, message = ErrorCode.none, None
+        if name is not None and topic_id is not None:
+            code, message = ErrorCode.invalid_request, \
+                "You may not specify both topic name and topic id."
+        elif name is None and topic_id is None:
+            code, message = ErrorCode.invalid_request, "A topic name or topic id is required."
+        elif (name if topic_id is None else topic_id) in repeated:
+            code, message = ErrorCode.invalid_request, "Duplicate topic in the request."
+        elif lm is None:
+            code, message = NO_STORAGE
+        elif not ctx.broker.config.delete_topic_enable:
+            code, message = ErrorCode.topic_deletion_disabled, \
+                "Topic deletion is disabled (delete.topic.enable=false)."
+        else:
+            if topic_id is not None:
+                found = next((info for info in lm.topics.values() if info.topic_id == topic_id),
+                             None)
+                if found is None:
+                    code, message = ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found."
+                else:
+                    name = found.name
+            if code is ErrorCode.none and name is not None:
+                info = lm.topics.get(name)
+                if info is None:
+                    code, message = ErrorCode.unknown_topic_or_partition, \
+                        "This server does not host this topic-partition."
+                elif is_internal_topic(name, info):
+                    # Deleting the group coordinator's log would break every group.
+                    code, message = ErrorCode.invalid_topic_exception, \
+                        f"Internal topic {name} cannot be deleted."
+                else:
+                    topic_id = info.topic_id
+                    try:
+                        lm.delete_topic(name)
+                    except Exception as exc:  # StorageError and unexpected errors, per topic
+                        code, message = error_of(exc)
+        results.append(build(module.DeletableTopicResult, name=name, topic_id=topic_id,
+                             error_code=code, error_message=message))
+    return build(module.DeleteTopicsResponse, throttle_time=throttle(ctx),
+                 responses=tuple(results))

@@ -1,0 +1,191 @@
+"""DescribeConfigs (API key 32): topic configs from storage and this broker's own settings.
+
+Topic resources are described by the storage layer (overrides with source TOPIC_CONFIG, the
+rest with the broker-level value they inherit). The broker resource lists every key of
+:class:`~trio_broker.config.BrokerConfig` with its value: STATIC_BROKER_CONFIG when it differs
+from the default (it came from the properties file or an override), DEFAULT_CONFIG otherwise.
+Every broker setting is read-only: nothing can be changed without a restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from kio.schema.errors import ErrorCode
+
+from ...config import BrokerConfig
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import NO_STORAGE, build, error_of, response_module, throttle
+
+DESCRIBE_CONFIGS = 32
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+#: ``ConfigResource.Type`` codes.
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
+
+#: ``DescribeConfigsResponse.ConfigSource`` codes.
+CONFIG_SOURCES = {
+    "UNKNOWN": 0,
+    "TOPIC_CONFIG": 1,
+    "DYNAMIC_TOPIC_CONFIG": 1,
+    "DYNAMIC_BROKER_CONFIG": 2,
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+    "STATIC_BROKER_CONFIG": 4,
+    "DEFAULT_CONFIG": 5,
+    "DYNAMIC_BROKER_LOGGER_CONFIG": 6,
+}
+
+#: ``DescribeConfigsResponse.ConfigType`` codes, by our config type names.
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
+                "list": 7, "class": 8, "password": 9}
+
+#: Types of the topic-level configs (Kafka's ``TopicConfig``), for the v3+ ``config_type`` field.
+TOPIC_CONFIG_TYPES = {
+    "cleanup.policy": "list", "compression.type": "string", "delete.retention.ms": "long",
+    "file.delete.delay.ms": "long", "flush.messages": "long", "flush.ms": "long",
+    "follower.replication.throttled.replicas": "list", "index.interval.bytes": "int",
+    "leader.replication.throttled.replicas": "list", "local.retention.bytes": "long",
+    "local.retention.ms": "long", "max.compaction.lag.ms": "long", "max.message.bytes": "int",
+    "message.downconversion.enable": "boolean", "message.timestamp.type": "string",
+    "message.timestamp.difference.max.ms": "long", "message.timestamp.before.max.ms": "long",
+    "message.timestamp.after.max.ms": "long", "min.cleanable.dirty.ratio": "double",
+    "min.compaction.lag.ms": "long", "min.insync.replicas": "int", "preallocate": "boolean",
+    "retention.bytes": "long", "retention.ms": "long", "segment.bytes": "int",
+    "segment.index.bytes": "int", "segment.jitter.ms": "long", "segment.ms": "long",
+    "unclean.leader.election.enable": "boolean", "remote.storage.enable": "boolean",
+}
+
+
+def config_source_code(source: str | int) -> int:
+    """The wire code of a config source given by name (as storage reports it)."""
+    if isinstance(source, int):
+        return source
+    return CONFIG_SOURCES.get(source.upper(), 0)
+
+
+def _text(value: Any) -> str | None:
+    """A config value as Kafka prints it (booleans lower-case, unset as null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@attrs.frozen
+class BrokerConfigEntry:
+    """One broker setting as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None
+    source: str
+    type_name: str
+    doc: str
+
+
+def broker_config_entries(config: BrokerConfig) -> list[BrokerConfigEntry]:
+    """Every declared broker setting, with its value and where the value came from."""
+    entries = []
+    for field in attrs.fields(BrokerConfig):
+        key = field.metadata.get("key")
+        if key is None:
+            continue
+        value = getattr(config, field.name)
+        source = "DEFAULT_CONFIG" if value == field.default else "STATIC_BROKER_CONFIG"
+        entries.append(BrokerConfigEntry(key, _text(value), source, field.metadata["type_name"],
+                                         field.metadata["doc"]))
+    return entries
+
+
+def broker_resource_problem(ctx: RequestContext, name: str) -> str | None:
+    """Why a BROKER resource name does not name this broker (Kafka's message), or None."""
+    if name == "":
+        return None
+    try:
+        node = int(name)
+    except ValueError:
+        return f"Broker id must be an integer, but it is: {name}"
+    if node != ctx.broker.node_id:
+        return f"Unexpected broker id, expected {ctx.broker.node_id} or empty string, " \
+               f"but received {name}"
+    return None
+
+
+def _entry(module: Any, body: Any, *, name: str, value: str | None, source: int,
+           read_only: bool, sensitive: bool, type_name: str | None, doc: str | None) -> Any:
+    synonyms: tuple[Any, ...] = ()
+    if getattr(body, "include_synonyms", False) and hasattr(module, "DescribeConfigsSynonym"):
+        # The effective value is its own first synonym, as in Kafka's answer.
+        synonyms = (build(module.DescribeConfigsSynonym, name=name, value=value, source=source),)
+    return build(
+        module.DescribeConfigsResourceResult, name=name,
+        value=None if sensitive else value, read_only=read_only, config_source=source,
+        is_sensitive=sensitive, is_default=source == CONFIG_SOURCES["DEFAULT_CONFIG"],
+        synonyms=synonyms, config_type=CONFIG_TYPES.get(type_name or "", 0),
+        documentation=doc if getattr(body, "include_documentation", False) else None,
+    )
+
+
+def _describe_broker(ctx: RequestContext, module: Any, body: Any,
+                     wanted: set[str] | None) -> tuple[Any, ...]:
+    return tuple(
+        _entry(module, body, name=e.name, value=e.value, source=config_source_code(e.source),
+               read_only=True, sensitive=False, type_name=e.type_name, doc=e.doc)
+        for e in broker_config_entries(ctx.broker.config)
+        if wanted is None or e.name in wanted
+    )
+
+
+def _describe_topic(ctx: RequestContext, module: Any, body: Any, name: str,
+                    wanted: set[str] | None) -> tuple[Any, ...]:
+    entries = ctx.broker.log_manager.describe_topic_config(name)
+    return tuple(
+        _entry(module, body, name=e.name, value=e.value, source=config_source_code(e.source),
+               read_only=bool(e.read_only), sensitive=bool(e.sensitive),
+               type_name=TOPIC_CONFIG_TYPES.get(e.name), doc=None)
+        for e in entries
+        if wanted is None or e.name in wanted
+    )
+
+
+@api_handler(DESCRIBE_CONFIGS, MIN_VERSION, MAX_VERSION)
+async def handle_describe_configs(ctx: RequestContext, body: Any) -> Any:
+    """Describe each requested resource; errors are per resource."""
+    module = response_module(DESCRIBE_CONFIGS, ctx.api_version)
+    results = []
+    for resource in body.resources:
+        kind = int(resource.resource_type)
+        name = resource.resource_name
+        keys = resource.configuration_keys
+        wanted = set(keys) if keys else None
+        code, message, configs = ErrorCode.none, None, ()
+        try:
+            if kind == TOPIC_RESOURCE:
+                if ctx.broker.log_manager is None:
+                    code, message = NO_STORAGE
+                else:
+                    configs = _describe_topic(ctx, module, body, name, wanted)
+            elif kind == BROKER_RESOURCE:
+                problem = broker_resource_problem(ctx, name)
+                if problem is not None:
+                    code, message = ErrorCode.invalid_request, problem
+                elif name == "":
+                    # Cluster-wide dynamic defaults: this broker has none.
+                    configs = ()
+                else:
+                    configs = _describe_broker(ctx, module, body, wanted)
+            else:
+                code = ErrorCode.invalid_request
+                message = f"Unsupported resource type {kind} for DescribeConfigs"
+        except Exception as exc:  # StorageError (UNKNOWN_TOPIC_OR_PARTITION ...) per resource
+            code, message = error_of(exc)
+            configs = ()
+        results.append(build(module.DescribeConfigsResult, error_code=code, error_message=message,
+                             resource_type=kind, resource_name=name, configs=configs))
+    return build(module.DescribeConfigsResponse, throttle_time=throttle(ctx),
+                 results=tuple(results))
