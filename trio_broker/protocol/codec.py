@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import io
+import re
 import struct
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -26,6 +27,8 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
+# KIP-511's rule for client software names and versions (ApiVersionsRequest.isValid).
+_SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _API_KEY_AND_VERSION = struct.Struct(">hh")
 _CORRELATION_ID = struct.Struct(">i")
 
@@ -61,6 +64,11 @@ def _reader(schema: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
 @cache
 def _writer(schema: type[Any]) -> Callable[[io.BytesIO, Any], None]:
     return entity_writer(schema)  # type: ignore[no-any-return]
+
+
+def valid_client_software(text: str | None) -> bool:
+    """Whether a client software name or version is valid under KIP-511."""
+    return bool(text) and _SOFTWARE_RE.match(text or "") is not None
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:

@@ -1,0 +1,110 @@
+"""The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, print the ``config`` docs."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from . import __version__
+from .config import (
+    BrokerConfig,
+    ConfigError,
+    config_reference_markdown,
+    load_config,
+    load_properties_file,
+    parse_override,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio_broker",
+        description="A Kafka-compatible broker on Trio. Configured with Kafka's own keys.",
+    )
+    parser.add_argument("--version", action="version", version=f"trio_broker {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run", help="start the broker (default: PLAINTEXT://localhost:9092)",
+        description="Start the broker. With no options it serves PLAINTEXT://localhost:9092 and "
+                    "keeps its data in /tmp/trio-broker-logs (log.dir), like Kafka's defaults.")
+    run.add_argument("--config", "-c", metavar="FILE",
+                     help="a Kafka-style server.properties file")
+    run.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
+                     help="set one configuration key (repeatable; wins over --config)")
+    commands.add_parser(
+        "analyze", add_help=False,
+        help="run the PySpark analytics over broker logs (trio_broker analyze --help)")
+    commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
+    return parser
+
+
+def build_config(config_file: str | None, overrides: Sequence[str]) -> BrokerConfig:
+    sources: list[dict[str, str]] = []
+    if config_file:
+        sources.append(load_properties_file(config_file))
+    sources.append(dict(parse_override(item) for item in overrides))
+    return load_config(*sources)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["analyze"]:
+        from .analytics.cli import main as analyze_main
+
+        return analyze_main(args_list[1:])
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    if args.command == "config-docs":
+        print(config_reference_markdown())
+        return 0
+    if args.command != "run":
+        parser.print_help()
+        return 2
+    try:
+        config = build_config(args.config, args.override)
+    except ConfigError as exc:
+        print(f"trio_broker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return run_broker(config)
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """Run until SIGINT or SIGTERM, then shut down in order; exit status 0 on a clean stop."""
+    from .observability.log import configure_logging
+    from .server.app import BrokerApp
+
+    writer = configure_logging(
+        broker_id=config.node_id, file=config.logging_file, fmt=config.logging_format,
+        level=config.logging_level, max_bytes=config.logging_file_max_bytes,
+        backup_count=config.logging_file_backup_count)
+
+    async def serve() -> None:
+        app = BrokerApp(config)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(app.serve)
+                listening = ", ".join(
+                    f"{b.name}://{b.endpoint.host or '0.0.0.0'}:{b.port}" for b in app.listeners)
+                print(f"trio_broker {__version__} listening on {listening} "
+                      f"(advertised {', '.join(str(e) for e in app.advertised.values())}); "
+                      f"data in {config.data_dir}", file=sys.stderr, flush=True)
+                async for _signum in signals:
+                    await app.shutdown()
+                    break
+
+    try:
+        trio.run(serve)
+    except OSError as exc:
+        print(f"trio_broker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Acceptors: one task per listener, as Kafka's Acceptor thread.
+
+The acceptor checks connection quotas, sets socket options and hands each socket to a processor
+round-robin: it offers the socket to each processor's channel without blocking and blocks only
+on the last try (Kafka's ``mayBlock``); time spent blocked is AcceptorBlockedPercent.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..observability.log import emit
+from .processor import Processor
+from .quotas import TooManyConnections
+
+if TYPE_CHECKING:
+    from .socket_server import SocketServer
+
+# accept() errors that concern one connection or a passing shortage, not the listener (trio's
+# serve_listeners makes the same distinction).
+_TRANSIENT_ACCEPT_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS,
+                            errno.ECONNABORTED, errno.EPROTO, errno.EPERM}
+
+
+async def open_listening_socket(host: str | None, port: int, *, backlog: int,
+                                receive_buffer: int) -> trio.socket.SocketType:
+    """Bind a listening socket, setting SO_RCVBUF before bind as Kafka does."""
+    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                          flags=socket.AI_PASSIVE)
+    # Prefer IPv4 for "localhost" so clients resolving it to 127.0.0.1 reach us.
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    family, type_, proto, _, address = infos[0]
+    sock = trio.socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if receive_buffer != -1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        await sock.bind(address)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class Acceptor:
+    """Accepts connections on one listener."""
+
+    def __init__(self, server: SocketServer, listener: str, sock: trio.socket.SocketType,
+                 processors: list[Processor]) -> None:
+        self.server = server
+        self.listener = listener
+        self.sock = sock
+        self.processors = processors
+        self._next = 0
+        self.cancel_scope = trio.CancelScope()
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    async def run(self) -> None:
+        quotas = self.server.quotas
+        metrics = self.server.metrics
+        with self.cancel_scope:
+            try:
+                while True:
+                    waited_since = trio.current_time()
+                    reason = await quotas.wait_for_slot(self.listener)
+                    if reason is not None:
+                        self._blocked(reason, waited_since)
+                    try:
+                        conn, address = await self.sock.accept()
+                    except OSError as exc:
+                        if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
+                            await trio.sleep(0.1)
+                            continue
+                        raise
+                    ip, port = str(address[0]), int(address[1])
+                    try:
+                        quotas.inc(self.listener, ip)
+                    except TooManyConnections as exc:
+                        conn.close()
+                        metrics.connection_rejected.labels(self.listener, "per_ip_limit").inc()
+                        emit("connection_rejected", listener=self.listener, ip=ip,
+                             peer=f"{ip}:{port}", reason="per_ip_limit", limit=exc.limit)
+                        continue
+                    try:
+                        self._configure(conn)
+                    except OSError as exc:  # Kafka's testExceptionInAcceptor: close, uncount
+                        conn.close()
+                        quotas.dec(self.listener, ip)
+                        self.server.connection_closed_early(self.listener, ip, "error", repr(exc))
+                        continue
+                    await self._hand_off(conn, ip, port)
+            finally:
+                self.sock.close()
+
+    def _configure(self, conn: trio.socket.SocketType) -> None:
+        config = self.server.config
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if config.socket_send_buffer_bytes != -1:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.socket_send_buffer_bytes)
+
+    async def _hand_off(self, conn: trio.socket.SocketType, ip: str, port: int) -> None:
+        """Round-robin: offer to each processor without blocking; block on the last one."""
+        item = (conn, ip, port)
+        for _ in range(len(self.processors)):
+            processor = self.processors[self._next]
+            self._next = (self._next + 1) % len(self.processors)
+            try:
+                processor.new_connections.send_nowait(item)
+                return
+            except trio.WouldBlock:
+                continue
+        waited_since = trio.current_time()
+        try:
+            await processor.new_connections.send(item)
+        except BaseException:
+            conn.close()
+            self.server.quotas.dec(self.listener, ip)
+            raise
+        self._blocked("processor_queue_full", waited_since)
+
+    def _blocked(self, reason: str, since: float) -> None:
+        blocked = trio.current_time() - since
+        self.server.metrics.acceptor_blocked_seconds.labels(self.listener).inc(blocked)
+        emit("acceptor_blocked", listener=self.listener, reason=reason,
+             blocked_ms=round(blocked * 1000, 3))

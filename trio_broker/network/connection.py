@@ -1,0 +1,311 @@
+"""One client connection: Kafka's KafkaChannel plus the processor's work for it.
+
+The connection task owns two tasks in its own nursery:
+
+* the **reader** reads frames (sans-IO :class:`FrameDecoder`), decodes them, and sends them into
+  the request channel. Muting is simply not reading: before each frame it waits while the
+  in-flight limit is reached (Kafka's one-request rule, or AutoMQ-style pipelining when
+  ``connection.max.inflight.requests`` > 1), while the connection is throttled (KIP-219), and
+  while the memory pool cannot hold the frame. TCP flow control pushes back on the client.
+* the **writer** sends responses strictly in request order, gathering every response that is
+  ready into one ``send_all``.
+
+Idle expiry is a cancel scope around both whose deadline moves on every read and send.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..observability.log import bound, emit
+from ..protocol.codec import (
+    API_VERSIONS_KEY,
+    InvalidRequest,
+    decode_request,
+    valid_client_software,
+)
+from ..protocol.framing import FrameDecoder, InvalidFrameSize
+from .mute import ChannelMute, IllegalMuteTransition, MuteEvent
+from .request_channel import Request, ResponseAction
+
+if TYPE_CHECKING:
+    from ..server.context import ConnectionInfo
+    from .processor import Processor
+
+RECEIVE_BYTES = 256 * 1024
+
+
+class _Close(Exception):
+    """Ends the connection with a reason for the connection_closed event."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(reason)
+
+
+class Connection:
+    """State and tasks of one accepted socket."""
+
+    def __init__(self, stream: trio.SocketStream, info: ConnectionInfo, processor: Processor,
+                 ip: str) -> None:
+        self.stream = stream
+        self.info = info
+        self.ip = ip
+        self._processor = processor
+        server = processor.server
+        self._server = server
+        config = server.config
+        self._decoder = FrameDecoder(config.socket_request_max_bytes)
+        self._max_inflight = config.connection_max_inflight_requests
+        self._mute = ChannelMute() if self._max_inflight == 1 else None
+        self._pending: collections.deque[Request] = collections.deque()
+        self._inflight_lot = trio.lowlevel.ParkingLot()
+        self._response_lot = trio.lowlevel.ParkingLot()
+        self._throttle_deadline = 0.0
+        self._idle_seconds = (config.connections_max_idle_ms / 1000
+                              if config.connections_max_idle_ms >= 0 else None)
+        self._idle_scope = trio.CancelScope()
+        self._reader_scope = trio.CancelScope()
+        self._frame_reserved = 0
+        self._eof = False
+        self._last_client_id = ""
+        self.requests = 0
+        self.closed = False
+
+    # ------------------------------------------------------------------ public
+    @property
+    def ready_responses(self) -> int:
+        """Responses completed by handlers and not yet sent (ResponseQueueSize)."""
+        return sum(1 for request in self._pending if request.slot.ready.is_set())
+
+    @property
+    def requests_in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
+    def mute_state(self) -> str:
+        return self._mute.state.name if self._mute else "PIPELINED"
+
+    def stop_reading(self) -> None:
+        """Shutdown step: read no more requests; in-flight ones are still answered."""
+        self._reader_scope.cancel()
+
+    def wake(self) -> None:
+        """Called when one of this connection's responses is ready."""
+        self._response_lot.unpark_all()
+
+    async def run(self) -> None:
+        info = self.info
+        started = trio.current_time()
+        reason, detail = "client", ""
+        with bound(connection_id=info.connection_id, listener=info.listener,
+                   processor=info.processor, peer=info.peer,
+                   security_protocol=info.security_protocol):
+            emit("connection_accepted", ip=self.ip)
+            try:
+                self._touch()
+                with self._idle_scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._writer)
+                        reason, detail = await self._read_until_done()
+                        await self._drain()
+                        nursery.cancel_scope.cancel()
+                if self._idle_scope.cancelled_caught:
+                    reason = "idle"
+                    emit("connection_expired", idle_ms=float(self._server.config.connections_max_idle_ms))
+            except _Close as close:
+                reason, detail = close.reason, close.detail
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                reason, detail = "client", f"send failed: {exc!r}"
+            except Exception as exc:  # a bug must cost one connection, never the processor
+                reason, detail = "error", repr(exc)
+            finally:
+                self.closed = True
+                self._release_frame_memory()
+                await trio.aclose_forcefully(self.stream)
+                self._processor.connection_closed(self, reason)
+                emit("connection_closed", reason=reason, detail=detail, requests=self.requests,
+                     duration_ms=round((trio.current_time() - started) * 1000, 3))
+
+    def _release_frame_memory(self) -> None:
+        if self._frame_reserved:
+            self._server.memory_pool.release(self._frame_reserved)
+            self._frame_reserved = 0
+
+    # ------------------------------------------------------------------ reading
+    def _touch(self) -> None:
+        if self._idle_seconds is not None:
+            self._idle_scope.deadline = trio.current_time() + self._idle_seconds
+
+    async def _read_until_done(self) -> tuple[str, str]:
+        with self._reader_scope:
+            try:
+                return await self._read_loop()
+            except InvalidFrameSize as exc:
+                emit("invalid_request", reason="invalid_size", size=exc.size, detail=str(exc))
+                return "invalid_frame", str(exc)
+            except InvalidRequest as exc:
+                emit("invalid_request", reason=exc.reason, api_key=exc.api_key,
+                     api_version=exc.api_version, detail=exc.detail)
+                return "invalid_frame", f"{exc.reason}: {exc.detail}"
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                return "client", f"receive failed: {exc!r}"
+        return "shutdown", ""
+
+    async def _read_loop(self) -> tuple[str, str]:
+        supported = self._processor.supported_versions
+        channel = self._processor.request_channel
+        while True:
+            await self._wait_until_readable()
+            frame = await self._read_frame()
+            if frame is None:
+                return "client", "end of stream"
+            reserved, self._frame_reserved = self._frame_reserved, 0
+            try:
+                decoded = decode_request(frame, supported)
+            except InvalidRequest:
+                self._server.memory_pool.release(reserved)
+                raise
+            if decoded.api_key == API_VERSIONS_KEY:
+                self._register_client(decoded.body)
+            self._last_client_id = decoded.client_id or ""
+            request = Request(decoded, self.info, len(frame), reserved, owner=self)
+            self._pending.append(request)
+            self.requests += 1
+            if self._mute is not None:
+                self._mute.mute()
+                self._mute.handle(MuteEvent.REQUEST_RECEIVED)
+            try:
+                await channel.send(request)
+            except BaseException:
+                # Never enqueued: nobody else will release its memory or answer it.
+                self._pending.remove(request)
+                self._server.memory_pool.release(reserved)
+                raise
+
+    async def _wait_until_readable(self) -> None:
+        """Kafka's mute: do not read while too many requests are in flight or throttled."""
+        muted_at: float | None = None
+        while True:
+            if len(self._pending) >= self._max_inflight:
+                if muted_at is None:
+                    muted_at = self._muted("inflight")
+                await self._inflight_lot.park()
+                continue
+            if self._throttle_deadline > trio.current_time():
+                if muted_at is None:
+                    muted_at = self._muted("throttle")
+                await trio.sleep_until(self._throttle_deadline)
+                continue
+            break
+        if self._mute is not None:
+            if self._mute.state.name.startswith("MUTED_AND_THROTTLED"):
+                self._mute.handle(MuteEvent.THROTTLE_ENDED)
+                emit("throttle_ended", client_id=self._last_client_id)
+            self._mute.maybe_unmute()
+        if muted_at is not None:
+            self._unmuted("ready", muted_at)
+
+    def _muted(self, reason: str) -> float:
+        # In-flight waits are the normal one-request rule; log them only when pipelining.
+        if reason != "inflight" or self._max_inflight > 1:
+            emit("connection_muted", reason=reason, inflight=len(self._pending))
+        return trio.current_time()
+
+    def _unmuted(self, reason: str, since: float) -> None:
+        if self._max_inflight > 1:
+            emit("connection_unmuted", reason=reason,
+                 muted_ms=round((trio.current_time() - since) * 1000, 3))
+
+    async def _read_frame(self) -> bytes | None:
+        decoder = self._decoder
+        pool = self._server.memory_pool
+        while True:
+            size = decoder.pending_size()
+            if size is not None and not self._frame_reserved:
+                if not pool.try_allocate(size):
+                    since = trio.current_time()
+                    emit("connection_muted", reason="memory", inflight=len(self._pending))
+                    await pool.allocate(size)
+                    emit("connection_unmuted", reason="memory",
+                         muted_ms=round((trio.current_time() - since) * 1000, 3))
+                self._frame_reserved = size if size > 0 else 0
+            frame = decoder.next_frame()
+            if frame is not None:
+                return frame
+            if self._eof:
+                return None
+            data = await self.stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                # Complete frames already buffered are still served (Kafka's graceful close).
+                self._eof = True
+                continue
+            self._touch()
+            decoder.feed(data)
+
+    def _register_client(self, body: object) -> None:
+        name = getattr(body, "client_software_name", None)
+        version = getattr(body, "client_software_version", None)
+        if valid_client_software(name) and valid_client_software(version):
+            assert name is not None and version is not None
+            self.info.client_software_name = name
+            self.info.client_software_version = version
+            emit("client_registered", client_software_name=name, client_software_version=version)
+
+    # ------------------------------------------------------------------ writing
+    async def _drain(self) -> None:
+        """Wait until every request read so far has been answered and sent."""
+        while self._pending:
+            await self._inflight_lot.park()
+
+    async def _writer(self) -> None:
+        pending = self._pending
+        while True:
+            if not pending or not pending[0].slot.ready.is_set():
+                await self._response_lot.park()
+                continue
+            batch: list[Request] = []
+            while pending and pending[0].slot.ready.is_set():
+                batch.append(pending.popleft())
+            dequeued = time.perf_counter_ns()
+            close: Request | None = None
+            payloads = []
+            for request in batch:
+                request.response_dequeue_ns = dequeued
+                action = request.slot.action
+                if action is ResponseAction.CLOSE:
+                    close = request
+                    break
+                if action is ResponseAction.SEND:
+                    payloads.append(request.slot.payload)
+            if payloads:
+                await self.stream.send_all(b"".join(payloads) if len(payloads) > 1 else payloads[0])
+                self._touch()
+            ended = time.perf_counter_ns()
+            for request in batch:
+                request.end_ns = ended
+                self._sent(request)
+                if request is close:
+                    raise _Close("handler", request.slot.close_reason)
+            self._inflight_lot.unpark_all()
+
+    def _sent(self, request: Request) -> None:
+        slot = request.slot
+        if slot.throttle_ms > 0:
+            self._throttle_deadline = max(self._throttle_deadline,
+                                          trio.current_time() + slot.throttle_ms / 1000)
+            emit("throttle_started", client_id=request.decoded.client_id or "",
+                 quota_type="request", throttle_ms=float(slot.throttle_ms))
+        if self._mute is not None:
+            try:
+                if slot.throttle_ms > 0:
+                    self._mute.handle(MuteEvent.THROTTLE_STARTED)
+                self._mute.handle(MuteEvent.RESPONSE_SENT)
+            except IllegalMuteTransition as exc:
+                raise _Close("error", str(exc)) from None
+        self._server.request_completed(request)

@@ -1,0 +1,114 @@
+"""Processors: Kafka's network threads, as tasks that own their connections.
+
+Each processor receives accepted sockets through a memory channel of capacity
+``queued.max.connections`` (Kafka's ``newConnections`` queue) and runs one task per connection in
+its own nursery, so cancelling a processor closes exactly its connections.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..config import INT_MAX
+from ..server.context import ConnectionInfo
+from .connection import Connection
+from .request_channel import RequestChannel
+
+if TYPE_CHECKING:
+    from .socket_server import SocketServer
+
+
+class Processor:
+    """One processor of one listener."""
+
+    def __init__(self, server: SocketServer, processor_id: int, listener: str,
+                 security_protocol: str, request_channel: RequestChannel, *,
+                 control_plane: bool = False) -> None:
+        self.server = server
+        self.id = processor_id
+        self.listener = listener
+        self.security_protocol = security_protocol
+        self.request_channel = request_channel
+        self.control_plane = control_plane
+        self.supported_versions = server.supported_versions
+        capacity = server.config.queued_max_connections
+        self.new_connections, self._new_connections_in = trio.open_memory_channel[
+            tuple[trio.socket.SocketType, str, int]](capacity)
+        self.connections: set[Connection] = set()
+        self._next_index = 0
+        self._ids_in_use: set[str] = set()
+        self.cancel_scope = trio.CancelScope()
+
+    def _connection_id(self, sock: trio.socket.SocketType) -> str:
+        """Kafka's ``localIp:localPort-remoteIp:remotePort-processorId-index``."""
+        local = sock.getsockname()
+        remote = sock.getpeername()
+        index = self._next_index
+        self._next_index = 0 if index == INT_MAX else index + 1
+        return f"{local[0]}:{local[1]}-{remote[0]}:{remote[1]}-{self.id}-{index}"
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self.cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    task_status.started()
+                    async for sock, ip, port in self._new_connections_in:
+                        self._configure(nursery, sock, ip, port)
+        finally:
+            self._close_queued()
+
+    def _close_queued(self) -> None:
+        """Close sockets accepted but never configured (Kafka's processor exit does too)."""
+        while True:
+            try:
+                sock, ip, _port = self._new_connections_in.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            sock.close()
+            self.server.quotas.dec(self.listener, ip)
+            self.server.connection_closed_early(self.listener, ip, "shutdown")
+        self._new_connections_in.close()
+
+    def _configure(self, nursery: trio.Nursery, sock: trio.socket.SocketType, ip: str,
+                   port: int) -> None:
+        try:
+            connection_id = self._connection_id(sock)
+        except OSError as exc:  # the peer is already gone: Kafka closes and releases its slot
+            sock.close()
+            self.server.quotas.dec(self.listener, ip)
+            self.server.connection_closed_early(self.listener, ip, "error", repr(exc))
+            return
+        if connection_id in self._ids_in_use:
+            # Kafka's Selector.register refuses a duplicate id; the count is released.
+            sock.close()
+            self.server.quotas.dec(self.listener, ip)
+            self.server.connection_closed_early(self.listener, ip, "duplicate_connection_id")
+            return
+        info = ConnectionInfo(
+            connection_id=connection_id, listener=self.listener,
+            security_protocol=self.security_protocol, peer=f"{ip}:{port}", processor=self.id,
+            control_plane=self.control_plane,
+        )
+        connection = Connection(trio.SocketStream(sock), info, self, ip)
+        self._ids_in_use.add(connection_id)
+        self.connections.add(connection)
+        self.server.metrics.connection_count.labels(self.listener).inc()
+        self.server.metrics.connection_creation.labels(self.listener).inc()
+        nursery.start_soon(connection.run, name=f"connection {connection_id}")
+
+    def connection_closed(self, connection: Connection, reason: str) -> None:
+        self.connections.discard(connection)
+        self._ids_in_use.discard(connection.info.connection_id)
+        self.server.quotas.dec(self.listener, connection.ip)
+        self.server.metrics.connection_count.labels(self.listener).dec()
+        self.server.metrics.connection_close.labels(self.listener, reason).inc()
+
+    def stop_reading(self) -> None:
+        for connection in list(self.connections):
+            connection.stop_reading()
+
+    @property
+    def response_queue_size(self) -> int:
+        return sum(c.ready_responses for c in self.connections)

@@ -1,0 +1,169 @@
+"""Connection quotas checked by the acceptors (Kafka's ``ConnectionQuotas``).
+
+Order of checks on accept, as in Kafka's ``ConnectionQuotas.inc``:
+
+1. wait while the listener's or the broker's creation rate is exceeded, or while no connection
+   slot is free (``max.connections``, ``listener.name.<l>.max.connections``);
+2. refuse at once when the client's IP already has ``max.connections.per.ip`` connections (or its
+   override): :class:`TooManyConnections`, the acceptor closes the socket.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+from collections.abc import Callable, Mapping
+
+import trio
+
+from ..config import BrokerConfig
+
+
+class TooManyConnections(Exception):
+    """The per-IP connection limit is reached."""
+
+    def __init__(self, ip: str, limit: int) -> None:
+        self.ip = ip
+        self.limit = limit
+        super().__init__(f"too many connections from {ip} (limit {limit})")
+
+
+class Rate:
+    """A windowed event rate, as Kafka's ``Rate`` over ``quota.window.num`` samples."""
+
+    def __init__(self, window_seconds: float, num_windows: int) -> None:
+        self._window = window_seconds
+        self._num = num_windows
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self._window * self._num
+        while self._samples and self._samples[0][0] <= horizon:
+            self._samples.popleft()
+
+    def record(self, now: float) -> None:
+        start = now - (now % self._window)
+        if self._samples and self._samples[-1][0] == start:
+            self._samples[-1] = (start, self._samples[-1][1] + 1)
+        else:
+            self._samples.append((start, 1))
+        self._expire(now)
+
+    def rate(self, now: float) -> float:
+        self._expire(now)
+        total = sum(count for _, count in self._samples)
+        if not self._samples:
+            return 0.0
+        # Kafka's Rate.windowSize: elapsed since the oldest sample, at least (num - 1) windows.
+        elapsed = max(now - self._samples[0][0], self._window * (self._num - 1))
+        return total / elapsed
+
+    def throttle_seconds(self, quota: float, now: float) -> float:
+        """How long to wait before one more event keeps the rate within ``quota``.
+
+        Kafka's ``QuotaUtils.throttleTime``, capped at one window as the acceptor caps it.
+        """
+        current = self.rate(now)
+        if current <= quota:
+            return 0.0
+        elapsed = max(now - self._samples[0][0], self._window * (self._num - 1))
+        return min((current - quota) / quota * elapsed, self._window)
+
+
+Resolver = Callable[[str], str]
+
+
+def resolve_overrides(overrides: Mapping[str, int], resolve: Resolver | None = None
+                      ) -> dict[str, int]:
+    """Resolve host names in ``max.connections.per.ip.overrides`` to IPs (Kafka resolves them)."""
+    resolve = resolve or socket.gethostbyname
+    resolved: dict[str, int] = {}
+    for host, limit in overrides.items():
+        try:
+            resolved[resolve(host)] = limit
+        except OSError:
+            resolved[host] = limit
+    return resolved
+
+
+class ConnectionQuotas:
+    """Connection counts and limits for every listener of one broker."""
+
+    def __init__(self, config: BrokerConfig, resolve: Resolver | None = None) -> None:
+        self._config = config
+        self._per_ip_default = config.max_connections_per_ip
+        self._per_ip_overrides = resolve_overrides(config.ip_overrides, resolve)
+        self._by_ip: collections.Counter[str] = collections.Counter()
+        self._by_listener: collections.Counter[str] = collections.Counter()
+        self._listener_max: dict[str, int] = {}
+        self._listener_rate: dict[str, tuple[int, Rate]] = {}
+        self._broker_rate = Rate(config.quota_window_size_seconds, config.quota_window_num)
+        self._slot_freed = trio.lowlevel.ParkingLot()
+        self.total = 0
+
+    def add_listener(self, listener: str) -> None:
+        self._listener_max[listener] = self._config.listener_setting(listener, "max.connections")
+        quota = self._config.listener_setting(listener, "max.connection.creation.rate")
+        rate = Rate(self._config.quota_window_size_seconds, self._config.quota_window_num)
+        self._listener_rate[listener] = (quota, rate)
+
+    def count(self, *, ip: str | None = None, listener: str | None = None) -> int:
+        if ip is not None:
+            return self._by_ip[ip]
+        if listener is not None:
+            return self._by_listener[listener]
+        return self.total
+
+    def max_for_ip(self, ip: str) -> int:
+        return self._per_ip_overrides.get(ip, self._per_ip_default)
+
+    def _slot_free(self, listener: str) -> bool:
+        return (self._by_listener[listener] < self._listener_max[listener]
+                and self.total < self._config.max_connections)
+
+    def _rate_wait(self, listener: str, now: float) -> float:
+        quota, rate = self._listener_rate[listener]
+        waits = [rate.throttle_seconds(quota, now)]
+        waits.append(self._broker_rate.throttle_seconds(self._config.max_connection_creation_rate,
+                                                        now))
+        return max(waits)
+
+    async def wait_for_slot(self, listener: str) -> str | None:
+        """Wait for a free slot and for the creation rates; returns why it waited, if it did."""
+        if listener not in self._listener_max:
+            raise KeyError(f"listener {listener} is not registered")
+        reason: str | None = None
+        while True:
+            delay = self._rate_wait(listener, trio.current_time())
+            if delay > 0:
+                reason = reason or "connection_rate"
+                await trio.sleep(delay)
+                continue
+            if not self._slot_free(listener):
+                reason = reason or "max_connections"
+                await self._slot_freed.park()
+                continue
+            return reason
+
+    def inc(self, listener: str, ip: str) -> None:
+        """Count a new connection, or raise :class:`TooManyConnections` (nothing counted)."""
+        limit = self.max_for_ip(ip)
+        if self._by_ip[ip] >= limit:
+            raise TooManyConnections(ip, limit)
+        now = trio.current_time()
+        self._listener_rate[listener][1].record(now)
+        self._broker_rate.record(now)
+        self._by_ip[ip] += 1
+        self._by_listener[listener] += 1
+        self.total += 1
+
+    def dec(self, listener: str, ip: str) -> None:
+        if self._by_ip[ip] <= 0:
+            raise ValueError(f"attempted to decrease connection count for address with no "
+                             f"connections, address: {ip}")
+        self._by_ip[ip] -= 1
+        if self._by_ip[ip] == 0:
+            del self._by_ip[ip]
+        self._by_listener[listener] -= 1
+        self.total -= 1
+        self._slot_freed.unpark_all()

@@ -1,0 +1,107 @@
+"""The request channel between processors and handlers, and the responses routed back.
+
+Kafka's ``RequestChannel`` is a bounded queue (``queued.max.requests``) of requests plus, per
+processor, a queue of responses. Here the request queue is a Trio memory channel of that capacity
+(a full channel blocks the reader that sends into it, which is Kafka's back-pressure), and each
+request carries the :class:`ResponseSlot` its connection waits on, so a response always finds its
+way back to the connection that asked, in request order.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ..protocol.codec import DecodedRequest
+
+if TYPE_CHECKING:
+    from ..server.context import ConnectionInfo
+    from .connection import Connection
+
+
+class ResponseAction(enum.Enum):
+    """Kafka's five response kinds (``RequestChannel.Response`` subclasses)."""
+
+    SEND = "send"
+    NOOP = "noop"
+    CLOSE = "close"
+    START_THROTTLING = "start_throttling"
+    END_THROTTLING = "end_throttling"
+
+
+@attrs.define(eq=False)
+class ResponseSlot:
+    """Where a handler leaves the response of one request; the connection sends it in order."""
+
+    ready: trio.Event = attrs.field(factory=trio.Event)
+    action: ResponseAction | None = None
+    payload: bytes = b""
+    error: str = "NONE"
+    throttle_ms: int = 0
+    close_reason: str = ""
+
+    def complete(self, action: ResponseAction, payload: bytes = b"", *, error: str = "NONE",
+                 throttle_ms: int = 0, close_reason: str = "") -> None:
+        self.action = action
+        self.payload = payload
+        self.error = error
+        self.throttle_ms = throttle_ms
+        self.close_reason = close_reason
+        self.ready.set()
+
+
+@attrs.define(eq=False)
+class Request:
+    """A decoded request in flight, with Kafka's timing points (``time.perf_counter_ns``)."""
+
+    decoded: DecodedRequest
+    connection: ConnectionInfo
+    size: int
+    #: Bytes reserved in the memory pool, released once the request is handled.
+    reserved: int
+    #: The connection that will send the response (it is woken when the slot is completed).
+    owner: Connection
+    slot: ResponseSlot = attrs.field(factory=ResponseSlot)
+    start_ns: int = attrs.field(factory=time.perf_counter_ns)
+    dequeue_ns: int = 0
+    local_complete_ns: int = 0
+    response_complete_ns: int = 0
+    response_dequeue_ns: int = 0
+    end_ns: int = 0
+
+    def timings_ms(self) -> dict[str, float]:
+        """Kafka's request-time breakdown (RequestChannel.updateRequestMetrics), in ms."""
+
+        def ms(delta: int) -> float:
+            return round(max(delta, 0) / 1e6, 3)
+
+        local_complete = self.local_complete_ns or self.response_complete_ns
+        return {
+            "request_queue_ms": ms(self.dequeue_ns - self.start_ns),
+            "local_ms": ms(local_complete - self.dequeue_ns),
+            "remote_ms": ms(self.response_complete_ns - local_complete),
+            "throttle_ms": float(self.slot.throttle_ms),
+            "response_queue_ms": ms(self.response_dequeue_ns - self.response_complete_ns),
+            "send_ms": ms(self.end_ns - self.response_dequeue_ns),
+            "total_ms": ms(self.end_ns - self.start_ns),
+        }
+
+
+class RequestChannel:
+    """A bounded channel of :class:`Request` with Kafka's RequestQueueSize gauge."""
+
+    def __init__(self, capacity: int, name: str = "data-plane") -> None:
+        self.name = name
+        self.capacity = capacity
+        self.send_channel, self.receive_channel = trio.open_memory_channel[Request](capacity)
+
+    @property
+    def queue_size(self) -> int:
+        return self.send_channel.statistics().current_buffer_used
+
+    async def send(self, request: Request) -> None:
+        await self.send_channel.send(request)

@@ -1,0 +1,148 @@
+"""Kafka's network-layer metrics, in a Prometheus registry owned by one broker.
+
+Names follow the jmx-exporter convention for Kafka's MBeans, ``kafka_<domain>_<type>_<name>``
+(lower-cased), so existing dashboards' queries read naturally; docs/metrics.md maps each to its
+Kafka MBean.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import trio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Kafka reports request times in ms; these buckets cover 0.05 ms .. 60 s.
+_MS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
+               10000, 30000, 60000)
+
+#: Kafka's seven request-time histograms, keyed by the field of ``Request.timings_ms``.
+REQUEST_TIME_HISTOGRAMS = {
+    "request_queue_ms": "RequestQueueTimeMs",
+    "local_ms": "LocalTimeMs",
+    "remote_ms": "RemoteTimeMs",
+    "throttle_ms": "ThrottleTimeMs",
+    "response_queue_ms": "ResponseQueueTimeMs",
+    "send_ms": "ResponseSendTimeMs",
+    "total_ms": "TotalTimeMs",
+}
+
+
+class IdleInstrument(trio.abc.Instrument):
+    """Measures how long the run loop waits for I/O: Kafka's io-wait-ratio of a processor.
+
+    All processors share Trio's one event loop, so NetworkProcessorAvgIdlePercent is the share
+    of wall time the loop spent idle in ``epoll_wait`` since the previous reading.
+    """
+
+    def __init__(self) -> None:
+        self._waiting_since: float | None = None
+        self._waited = 0.0
+        self._last_read = time.perf_counter()
+        self._waited_at_last_read = 0.0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._waiting_since = time.perf_counter()
+
+    def after_io_wait(self, timeout: float) -> None:
+        if self._waiting_since is not None:
+            self._waited += time.perf_counter() - self._waiting_since
+            self._waiting_since = None
+
+    def idle_ratio(self) -> float:
+        """Idle share (0..1) since the previous call."""
+        now = time.perf_counter()
+        waited = self._waited
+        if self._waiting_since is not None:
+            waited += now - self._waiting_since
+        elapsed = now - self._last_read
+        ratio = (waited - self._waited_at_last_read) / elapsed if elapsed > 0 else 1.0
+        self._last_read = now
+        self._waited_at_last_read = waited
+        return min(max(ratio, 0.0), 1.0)
+
+
+class BrokerMetrics:
+    """Every metric of one broker. Gauges read live state through callbacks set at start-up."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.idle = IdleInstrument()
+        self._idle_ratio = 1.0
+        self.network_processor_avg_idle_percent = Gauge(
+            "kafka_network_socketserver_networkprocessoravgidlepercent",
+            "Share of time the network event loop waited for I/O (0..1)", registry=r)
+        self.network_processor_avg_idle_percent.set_function(self.read_idle_ratio)
+        self.request_queue_size = Gauge(
+            "kafka_network_requestchannel_requestqueuesize", "Requests waiting for a handler",
+            ["plane"], registry=r)
+        self.response_queue_size = Gauge(
+            "kafka_network_requestchannel_responsequeuesize",
+            "Responses completed but not yet picked up by their connection", registry=r)
+        self.memory_pool_available = Gauge(
+            "kafka_network_socketserver_memorypoolavailable",
+            "Bytes free in the request memory pool (-1: unbounded)", registry=r)
+        self.memory_pool_used = Gauge(
+            "kafka_network_socketserver_memorypoolused", "Bytes held by request frames",
+            registry=r)
+        self.acceptor_blocked_seconds = Counter(
+            "kafka_network_acceptor_acceptorblocked_seconds",
+            "Time acceptors spent blocked on full processor queues or connection quotas",
+            ["listener"], registry=r)
+        self.connection_count = Gauge(
+            "kafka_server_socket_server_metrics_connection_count", "Open connections",
+            ["listener"], registry=r)
+        self.connection_creation = Counter(
+            "kafka_server_socket_server_metrics_connection_creation",
+            "Connections accepted", ["listener"], registry=r)
+        self.connection_close = Counter(
+            "kafka_server_socket_server_metrics_connection_close",
+            "Connections closed", ["listener", "reason"], registry=r)
+        self.connection_rejected = Counter(
+            "kafka_network_connection_rejected", "Connections refused at accept time",
+            ["listener", "reason"], registry=r)
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests", "Requests completed (RequestsPerSec)",
+            ["request", "version"], registry=r)
+        self.errors = Counter(
+            "kafka_network_requestmetrics_errors", "Responses by error code (ErrorsPerSec)",
+            ["request", "error"], registry=r)
+        self.request_bytes = Counter(
+            "kafka_network_requestmetrics_requestbytes", "Request bytes received",
+            ["request"], registry=r)
+        self.request_handler_avg_idle_percent = Gauge(
+            "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
+            "Share of handler tasks waiting for a request (0..1)", registry=r)
+        self.request_times = {
+            field: Histogram(
+                f"kafka_network_requestmetrics_{name.lower()}", f"Kafka's {name}",
+                ["request"], buckets=_MS_BUCKETS, registry=r)
+            for field, name in REQUEST_TIME_HISTOGRAMS.items()
+        }
+        self._request_children: dict[str, list[tuple[str, object]]] = {}
+
+    def read_idle_ratio(self) -> float:
+        self._idle_ratio = self.idle.idle_ratio()
+        return self._idle_ratio
+
+    def bind_gauge(self, gauge: Gauge, read: Callable[[], float]) -> None:
+        gauge.set_function(read)
+
+    def observe_request(self, api: str, version: int, timings: dict[str, float], error: str,
+                        request_bytes: int) -> None:
+        """Record one completed request in RequestsPerSec, ErrorsPerSec and the histograms."""
+        children = self._request_children.get(api)
+        if children is None:
+            children = [(f, h.labels(api)) for f, h in self.request_times.items()]
+            self._request_children[api] = children
+        for field, child in children:
+            child.observe(timings[field])  # type: ignore[attr-defined]
+        self.requests.labels(api, str(version)).inc()
+        self.errors.labels(api, error).inc()
+        self.request_bytes.labels(api).inc(request_bytes)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)

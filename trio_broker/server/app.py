@@ -1,0 +1,236 @@
+"""Running a whole broker: storage, coordinator, handlers and the socket server in one nursery.
+
+:class:`BrokerApp` is what ``trio_broker run`` and the test fixtures start::
+
+    app = BrokerApp(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(app.serve)   # returns once every listener is bound
+        ...
+        await app.shutdown()             # Kafka's order, under a graceful deadline
+
+Shutdown order (Kafka's ``BrokerServer.shutdown``): stop accepting, stop reading, let in-flight
+requests finish until ``shutdown.graceful.timeout.ms``, close connections, stop the handlers and
+delayed operations, stop the coordinator, close storage, flush logs.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .. import __version__
+from ..config import KAFKA_KEYS_WITHOUT_EFFECT, BrokerConfig, Endpoint, parse_properties
+from ..network.socket_server import BoundListener, SocketServer, advertised_endpoints
+from ..observability import log
+from ..observability.log import emit
+from ..observability.metrics import BrokerMetrics
+from .broker import Broker
+from .handler_pool import RequestHandlerPool
+from .metrics_http import serve_metrics
+from .registry import supported_versions
+
+META_PROPERTIES = "meta.properties"
+
+
+def load_or_create_cluster_id(config: BrokerConfig) -> str:
+    """The cluster id from ``meta.properties`` in the data directory, created on first start.
+
+    Kafka keeps ``cluster.id`` and ``node.id`` there and refuses to start when they disagree with
+    the configuration; so do we.
+    """
+    data_dir = config.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / META_PROPERTIES
+    if path.exists():
+        meta = parse_properties(path.read_text(encoding="utf-8"))
+        cluster_id = meta.get("cluster.id", "")
+        stored_node = meta.get("node.id")
+        if stored_node is not None and int(stored_node) != config.node_id:
+            raise RuntimeError(
+                f"node.id {config.node_id} does not match node.id {stored_node} stored in {path}")
+        if config.cluster_id and cluster_id and config.cluster_id != cluster_id:
+            raise RuntimeError(
+                f"cluster.id {config.cluster_id} does not match {cluster_id} stored in {path}")
+        if cluster_id:
+            return cluster_id
+    cluster_id = config.cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+    _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={config.node_id}\n")
+    return cluster_id
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _open_storage(config: BrokerConfig) -> Any:
+    """The storage layer, when it is installed in this tree (trio_broker.storage)."""
+    try:
+        from ..storage.manager import LogManager
+    except ImportError:
+        return None
+    manager = LogManager(config)
+    manager.open()
+    return manager
+
+
+def _open_coordinator(config: BrokerConfig, log_manager: Any) -> Any:
+    try:
+        from ..coordinator import GroupCoordinator  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return GroupCoordinator(config, log_manager)
+
+
+class BrokerApp:
+    """One running broker."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.metrics = BrokerMetrics()
+        self.broker: Broker | None = None
+        self.socket_server = SocketServer(config, self.metrics, supported_versions())
+        self.listeners: list[BoundListener] = []
+        self._shutdown_requested = trio.Event()
+        self._stopped = trio.Event()
+        self._started_at = time.monotonic()
+
+    @property
+    def advertised(self) -> dict[str, Endpoint]:
+        assert self.broker is not None
+        return self.broker.advertised
+
+    def bootstrap(self, listener: str | None = None) -> str:
+        """``host:port`` of a listener's advertised endpoint (the first data-plane one)."""
+        names = [b.name for b in self.listeners if not b.control_plane]
+        endpoint = self.advertised[(listener or names[0]).upper()]
+        return f"{endpoint.host}:{endpoint.port}"
+
+    async def serve(self, *, task_status: trio.TaskStatus[BrokerApp] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        config = self.config
+        started = time.perf_counter()
+        for key in config.ignored_keys:
+            emit("config_key_ignored", key=key,
+                 reason="Kafka key without effect here" if key in KAFKA_KEYS_WITHOUT_EFFECT
+                 else "unknown key")
+        emit("broker_starting", version=__version__, data_dir=str(config.data_dir),
+             ignored_config_keys=",".join(config.ignored_keys))
+        cluster_id = await trio.to_thread.run_sync(load_or_create_cluster_id, config)
+        log_manager = await trio.to_thread.run_sync(_open_storage, config)
+        broker = Broker(config, cluster_id, log_manager=log_manager)
+        broker.group_coordinator = _open_coordinator(config, log_manager)
+        self.broker = broker
+        trio.lowlevel.add_instrument(self.metrics.idle)
+        server = self.socket_server
+        try:
+            async with trio.open_nursery() as root:
+                # Inner services first, so the front end never hands work to a missing back end.
+                self._storage_scope = trio.CancelScope()
+                if log_manager is not None and hasattr(log_manager, "run"):
+                    await root.start(self._run_in_scope, self._storage_scope, log_manager.run)
+                self._coordinator_scope = trio.CancelScope()
+                coordinator = broker.group_coordinator
+                if coordinator is not None and hasattr(coordinator, "run"):
+                    await root.start(self._run_in_scope, self._coordinator_scope, coordinator.run)
+                self._purgatory_scope = trio.CancelScope()
+                broker.purgatory = await root.start(self._run_purgatory)
+                self._pools = [RequestHandlerPool(broker, server, server.data_plane_channel,
+                                                  config.num_io_threads)]
+                if server.control_plane_channel is not None:
+                    self._pools.append(RequestHandlerPool(broker, server,
+                                                          server.control_plane_channel, 1))
+                for pool in self._pools:
+                    await root.start(pool.run)
+                self.metrics.request_handler_avg_idle_percent.set_function(
+                    lambda: self._pools[0].idle_ratio)
+                self.listeners = await root.start(server.serve)
+                broker.advertised.update(advertised_endpoints(config, self.listeners))
+                if config.metrics_prometheus_listener:
+                    await root.start(serve_metrics, config.metrics_prometheus_listener,
+                                     self.metrics)
+                if config.logging_metrics_snapshot_interval_ms > 0:
+                    root.start_soon(self._snapshot_metrics)
+                emit("broker_ready",
+                     listeners=",".join(f"{b.name}://{b.endpoint.host}:{b.port}"
+                                        for b in self.listeners),
+                     advertised=",".join(str(e) for e in broker.advertised.values()),
+                     startup_ms=round((time.perf_counter() - started) * 1000, 3))
+                task_status.started(self)
+                await self._shutdown_requested.wait()
+                await self._shutdown_in_order()
+                root.cancel_scope.cancel()
+        finally:
+            trio.lowlevel.remove_instrument(self.metrics.idle)
+            if log_manager is not None:
+                await trio.to_thread.run_sync(log_manager.close)
+            emit("broker_stopped", uptime_s=round(time.monotonic() - self._started_at, 3))
+            log.flush()
+            self._stopped.set()
+
+    @staticmethod
+    async def _run_in_scope(scope: trio.CancelScope, service: Any, *,
+                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await service(task_status=task_status)
+
+    async def _run_purgatory(self, *, task_status: trio.TaskStatus[trio.Nursery]
+                             = trio.TASK_STATUS_IGNORED) -> None:
+        with self._purgatory_scope:
+            async with trio.open_nursery() as nursery:
+                task_status.started(nursery)
+                await trio.sleep_forever()
+
+    async def shutdown(self) -> None:
+        """Ask for the ordered shutdown and wait until the broker has stopped."""
+        self._shutdown_requested.set()
+        await self._stopped.wait()
+
+    def request_shutdown(self) -> None:
+        self._shutdown_requested.set()
+
+    async def _shutdown_in_order(self) -> None:
+        server = self.socket_server
+        began = trio.current_time()
+
+        def step(name: str, detail: str = "") -> None:
+            emit("shutdown_step", step=name, detail=detail,
+                 elapsed_ms=round((trio.current_time() - began) * 1000, 3))
+
+        server.stop_accepting()
+        step("acceptors_stopped")
+        server.stop_reading()
+        step("processors_stopped_reading")
+        graceful = self.config.shutdown_graceful_timeout_ms / 1000
+        with trio.move_on_after(graceful) as drain_scope:
+            await server.wait_drained()
+        step("in_flight_requests_" + ("cancelled" if drain_scope.cancelled_caught else "finished"))
+        server.close_connections()
+        step("connections_closed")
+        for pool in self._pools:
+            pool.cancel_scope.cancel()
+        self._purgatory_scope.cancel()
+        step("handlers_stopped")
+        self._coordinator_scope.cancel()
+        self._storage_scope.cancel()
+        step("storage_closing")
+
+    async def _snapshot_metrics(self) -> None:
+        interval = self.config.logging_metrics_snapshot_interval_ms / 1000
+        server = self.socket_server
+        while True:
+            await trio.sleep(interval)
+            emit("metrics_snapshot",
+                 request_queue_size=server.data_plane_channel.queue_size,
+                 response_queue_size=server.response_queue_size,
+                 network_processor_avg_idle_percent=round(self.metrics.read_idle_ratio(), 4),
+                 memory_pool_available=server.memory_pool.available,
+                 memory_pool_used=server.memory_pool.used,
+                 connection_count=server.connection_count,
+                 request_handler_avg_idle_percent=round(self._pools[0].idle_ratio, 4))

@@ -1,0 +1,127 @@
+"""The request-handler pool (Kafka's KafkaRequestHandlerPool + KafkaApis dispatch).
+
+``num.io.threads`` handler tasks take requests from the request channel and call the handler
+registered for the API key. A handler that must wait (long-poll Fetch, JoinGroup) returns
+:class:`Parked`; the wait then runs in the purgatory nursery and the handler task moves on, as
+Kafka's delayed operations free the handler thread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..network.request_channel import Request, RequestChannel, ResponseAction
+from ..observability.log import bound, emit
+from ..protocol.codec import encode_response
+from ..protocol.errors import response_error
+from .context import NO_RESPONSE, CloseConnection, Parked, RequestContext
+from .registry import handlers
+
+if TYPE_CHECKING:
+    from ..network.socket_server import SocketServer
+    from .broker import Broker
+
+
+class RequestHandlerPool:
+    """Handler tasks for one request channel (data plane, or the control plane's own)."""
+
+    def __init__(self, broker: Broker, server: SocketServer, channel: RequestChannel,
+                 num_handlers: int) -> None:
+        self.broker = broker
+        self.server = server
+        self.channel = channel
+        self.num_handlers = num_handlers
+        self._handlers = handlers()
+        self._idle_handlers = 0
+        self.cancel_scope = trio.CancelScope()
+
+    @property
+    def idle_ratio(self) -> float:
+        """Share of handler tasks waiting for a request right now (RequestHandlerAvgIdlePercent)."""
+        return self._idle_handlers / self.num_handlers
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self.cancel_scope:
+            async with trio.open_nursery() as nursery:
+                for index in range(self.num_handlers):
+                    nursery.start_soon(self._handler_loop, name=f"{self.channel.name}-handler-{index}")
+                task_status.started()
+
+    async def _handler_loop(self) -> None:
+        receive = self.channel.receive_channel
+        while True:
+            self._idle_handlers += 1
+            try:
+                request = await receive.receive()
+            finally:
+                self._idle_handlers -= 1
+            await self.handle(request)
+
+    async def handle(self, request: Request) -> None:
+        request.dequeue_ns = time.perf_counter_ns()
+        decoded = request.decoded
+        ctx = RequestContext(decoded, request.connection, self.broker)
+        info = request.connection
+        with bound(connection_id=info.connection_id, listener=info.listener,
+                   processor=info.processor, peer=info.peer,
+                   security_protocol=info.security_protocol):
+            try:
+                result = await self._handlers[decoded.api_key].handle(ctx, decoded.body)
+            except CloseConnection as close:
+                self.complete(request, ctx, None, close_reason=close.reason)
+                return
+            except Exception as exc:
+                emit("request_failed", api=decoded.api, correlation_id=decoded.correlation_id,
+                     error=type(exc).__name__, detail=repr(exc))
+                self.complete(request, ctx, None, close_reason=f"handler error: {exc!r}")
+                return
+        if isinstance(result, Parked):
+            request.local_complete_ns = time.perf_counter_ns()
+            purgatory = self.broker.purgatory
+            assert purgatory is not None, "the broker is not running"
+            purgatory.start_soon(self._finish_parked, request, ctx, result)
+            return
+        self.complete(request, ctx, result)
+
+    async def _finish_parked(self, request: Request, ctx: RequestContext, parked: Parked) -> None:
+        try:
+            result = await parked.wait()
+        except CloseConnection as close:
+            self.complete(request, ctx, None, close_reason=close.reason)
+            return
+        except Exception as exc:
+            emit("request_failed", api=request.decoded.api,
+                 correlation_id=request.decoded.correlation_id, error=type(exc).__name__,
+                 detail=repr(exc))
+            self.complete(request, ctx, None, close_reason=f"handler error: {exc!r}")
+            return
+        self.complete(request, ctx, result)
+
+    def complete(self, request: Request, ctx: RequestContext, body: Any, *,
+                 close_reason: str = "") -> None:
+        """Hand the response to the connection: Send, NoOp or CloseConnection."""
+        now = time.perf_counter_ns()
+        if not request.local_complete_ns:
+            request.local_complete_ns = now
+        request.response_complete_ns = now
+        slot = request.slot
+        if close_reason:
+            slot.complete(ResponseAction.CLOSE, close_reason=close_reason)
+        elif body is NO_RESPONSE:
+            slot.complete(ResponseAction.NOOP, throttle_ms=ctx.throttle_ms)
+        else:
+            slot.complete(ResponseAction.SEND, encode_response(request.decoded, body),
+                          error=response_error(body), throttle_ms=ctx.throttle_ms)
+        self.server.memory_pool.release(request.reserved)
+        request.reserved = 0
+        owner = request.owner
+        if owner.closed:
+            # The connection is gone (idle expiry, client close): the response is dropped but
+            # the request still counts in the metrics, as in Kafka.
+            request.response_dequeue_ns = request.end_ns = now
+            self.server.request_completed(request, dropped=True)
+        else:
+            owner.wake()

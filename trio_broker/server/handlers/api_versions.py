@@ -1,0 +1,49 @@
+"""ApiVersions (key 18): what this broker speaks, derived from the handler registry."""
+
+from __future__ import annotations
+
+import datetime
+from types import ModuleType
+from typing import Any
+
+from kio.schema.api_versions.v0 import response as v0
+from kio.schema.api_versions.v1 import response as v1
+from kio.schema.api_versions.v2 import response as v2
+from kio.schema.api_versions.v3 import response as v3
+from kio.schema.api_versions.v4 import response as v4
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32Timedelta
+
+from ...protocol.codec import API_VERSIONS_KEY, valid_client_software
+from ..context import RequestContext
+from ..registry import api_handler, supported_versions
+
+_RESPONSES: tuple[ModuleType, ...] = (v0, v1, v2, v3, v4)
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+@api_handler(API_VERSIONS_KEY, 0, 4)
+async def handle_api_versions(ctx: RequestContext, body: Any) -> Any:
+    """Kafka's rules: an unsupported version is answered as v0 with UNSUPPORTED_VERSION and the
+    ApiVersions range; v3+ requests with an invalid client name or version get INVALID_REQUEST."""
+    table = supported_versions()
+    if ctx.request.unsupported_version:
+        return _response(0, ErrorCode.unsupported_version,
+                         {API_VERSIONS_KEY: table[API_VERSIONS_KEY]})
+    error = ErrorCode.none
+    if ctx.api_version >= 3 and not (valid_client_software(body.client_software_name)
+                                     and valid_client_software(body.client_software_version)):
+        error = ErrorCode.invalid_request
+    return _response(ctx.api_version, error, table)
+
+
+def _response(version: int, error: ErrorCode, table: dict[int, tuple[int, int]]) -> Any:
+    module = _RESPONSES[version]
+    keys = tuple(
+        module.ApiVersion(api_key=i16(key), min_version=i16(low), max_version=i16(high))
+        for key, (low, high) in table.items()
+    )
+    fields: dict[str, Any] = {"error_code": error, "api_keys": keys}
+    if version >= 1:
+        fields["throttle_time"] = _NO_THROTTLE
+    return module.ApiVersionsResponse(**fields)
