@@ -1,0 +1,365 @@
+"""``report.html``: one self-contained page, charts drawn as inline SVG (no plotting library).
+
+Pure Python over the collected tables, so it is testable without Spark. Each section names the
+symptom it diagnoses (the seeds' troubleshooting guide, §9.2) and the table it comes from.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+            "#ff9da7", "#9c755f", "#bab0ac")
+_WIDTH = 720
+_MAX_POINTS = 600
+_MAX_ROWS = 25
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1000px;
+color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
+.symptom{color:#a33;font-weight:600}.hint{color:#555}
+table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.kv td{text-align:left}.empty{color:#777;font-style:italic}
+svg{display:block;margin:.6em 0}svg text{font-size:11px;fill:#333}
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == int(value) and abs(value) < 1e15:
+            return f"{int(value):,}" if abs(value) >= 1000 else f"{value:g}"
+        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0:
+        return 1.0
+    magnitude = 10 ** len(str(int(value)))
+    for step in (0.1, 0.2, 0.25, 0.5, 1.0):
+        if value <= magnitude * step:
+            return magnitude * step
+    return float(magnitude)
+
+
+def bar_chart(items: Sequence[tuple[str, float]], *, unit: str = "", title: str = "") -> str:
+    """Horizontal bars, one per (label, value), largest first as given."""
+    if not items:
+        return '<p class="empty">nothing to chart</p>'
+    bar_h, label_w, gap = 18, 220, 4
+    height = len(items) * (bar_h + gap) + 24
+    top = _nice_max(max(v for _, v in items))
+    plot_w = _WIDTH - label_w - 90
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+             f'role="img" aria-label="{_esc(title)}">']
+    if title:
+        parts.append(f'<title>{_esc(title)}</title>')
+    for index, (label, value) in enumerate(items):
+        y = 4 + index * (bar_h + gap)
+        width = 0 if top <= 0 else max(0.0, value) / top * plot_w
+        short = label if len(label) <= 34 else label[:33] + "…"
+        parts.append(f'<text x="{label_w - 6}" y="{y + bar_h - 5}" text-anchor="end">'
+                     f'{_esc(short)}</text>')
+        parts.append(f'<rect x="{label_w}" y="{y}" width="{width:.1f}" height="{bar_h}" '
+                     f'fill="{_PALETTE[index % len(_PALETTE)]}"><title>{_esc(label)}: '
+                     f'{_esc(_fmt(value))}{_esc(unit)}</title></rect>')
+        parts.append(f'<text x="{label_w + width + 4:.1f}" y="{y + bar_h - 5}">'
+                     f'{_esc(_fmt(value))}{_esc(unit)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def stacked_bars(items: Sequence[tuple[str, Sequence[float]]], keys: Sequence[str],
+                 *, title: str = "") -> str:
+    """One horizontal bar per label split into shares (each row's values sum to about 1)."""
+    if not items:
+        return '<p class="empty">nothing to chart</p>'
+    bar_h, label_w, gap = 18, 160, 4
+    plot_w = _WIDTH - label_w - 20
+    legend_h = 22
+    height = legend_h + len(items) * (bar_h + gap) + 8
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+             f'role="img" aria-label="{_esc(title)}">']
+    x = label_w
+    for index, key in enumerate(keys):
+        parts.append(f'<rect x="{x}" y="4" width="10" height="10" '
+                     f'fill="{_PALETTE[index % len(_PALETTE)]}"/>')
+        parts.append(f'<text x="{x + 13}" y="13">{_esc(key)}</text>')
+        x += 14 + 7 * len(key) + 10
+    for row, (label, values) in enumerate(items):
+        y = legend_h + row * (bar_h + gap)
+        parts.append(f'<text x="{label_w - 6}" y="{y + bar_h - 5}" text-anchor="end">'
+                     f'{_esc(label)}</text>')
+        total = sum(max(0.0, v) for v in values) or 1.0
+        offset = float(label_w)
+        for index, value in enumerate(values):
+            width = max(0.0, value) / total * plot_w
+            if width <= 0:
+                continue
+            parts.append(f'<rect x="{offset:.1f}" y="{y}" width="{width:.1f}" height="{bar_h}" '
+                         f'fill="{_PALETTE[index % len(_PALETTE)]}"><title>{_esc(label)} '
+                         f'{_esc(keys[index])}: {value / total:.1%}</title></rect>')
+            offset += width
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _as_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit: str = "",
+               title: str = "", y_max: float | None = None) -> str:
+    """Lines over time: ``series`` maps a name to (timestamp, value) points."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for name, raw in series.items():
+        converted = []
+        for moment, value in raw:
+            parsed = _as_time(moment)
+            if parsed is not None and value is not None:
+                converted.append((parsed.timestamp(), float(value)))
+        converted.sort()
+        if len(converted) > _MAX_POINTS:  # keep the chart light: sample evenly
+            stride = len(converted) / _MAX_POINTS
+            converted = [converted[int(i * stride)] for i in range(_MAX_POINTS)]
+        if converted:
+            points[name] = converted
+    if not points:
+        return '<p class="empty">no data points in these logs</p>'
+    left, right, top_pad, bottom = 60, 20, 24, 36
+    height = 240
+    plot_w, plot_h = _WIDTH - left - right, height - top_pad - bottom
+    xs = [x for line in points.values() for x, _ in line]
+    ys = [y for line in points.values() for _, y in line]
+    x0, x1 = min(xs), max(xs)
+    if x1 == x0:
+        x1 = x0 + 1
+    top = y_max if y_max is not None else _nice_max(max(ys))
+
+    def sx(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * plot_w
+
+    def sy(y: float) -> float:
+        return top_pad + plot_h - (min(y, top) / top if top else 0) * plot_h
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+             f'role="img" aria-label="{_esc(title)}">']
+    for fraction in (0, 0.25, 0.5, 0.75, 1.0):
+        y = top_pad + plot_h - fraction * plot_h
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" '
+                     f'stroke="#eee"/>')
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
+                     f'{_esc(_fmt(top * fraction))}{_esc(unit)}</text>')
+    for x, anchor in ((x0, "start"), (x1, "end")):
+        label = datetime.fromtimestamp(x, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        parts.append(f'<text x="{sx(x):.1f}" y="{height - 12}" text-anchor="{anchor}">'
+                     f'{_esc(label)}</text>')
+    legend_x = left
+    for index, (name, line) in enumerate(points.items()):
+        color = _PALETTE[index % len(_PALETTE)]
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in line)
+        if len(line) == 1:
+            x, y = line[0]
+            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
+        else:
+            parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
+                         f'points="{path}"/>')
+        parts.append(f'<rect x="{legend_x}" y="6" width="10" height="10" fill="{color}"/>')
+        parts.append(f'<text x="{legend_x + 13}" y="15">{_esc(name)}</text>')
+        legend_x += 14 + 7 * len(name) + 12
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
+          *, limit: int = _MAX_ROWS) -> str:
+    """An HTML table of the first ``limit`` rows (all columns unless named)."""
+    if not rows:
+        return '<p class="empty">no rows: this did not happen in these logs</p>'
+    names = list(columns) if columns is not None else list(rows[0].keys())
+    head = "".join(f'<th class="l">{_esc(n)}</th>' if i == 0 else f"<th>{_esc(n)}</th>"
+                   for i, n in enumerate(names))
+    body = []
+    for row in rows[:limit]:
+        cells = []
+        for i, name in enumerate(names):
+            value = row.get(name)
+            css = ' class="l"' if i == 0 or isinstance(value, str) else ""
+            cells.append(f"<td{css}>{_esc(_fmt(value))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = (f'<p class="hint">{len(rows) - limit:,} more rows in the Parquet table.</p>'
+            if len(rows) > limit else "")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+
+
+def _section(anchor: str, title: str, symptom: str, source: str, body: str) -> str:
+    return (f'<section id="{_esc(anchor)}"><h2>{_esc(title)}</h2>'
+            f'<p><span class="symptom">Symptom: {_esc(symptom)}.</span> '
+            f'<span class="hint">From {_esc(source)}.</span></p>{body}</section>')
+
+
+def _counts(mapping: Mapping[str, Any]) -> list[tuple[str, float]]:
+    return sorted(((str(k), float(v)) for k, v in mapping.items() if v),
+                  key=lambda kv: (-kv[1], kv[0]))
+
+
+def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str, Any]]]) -> str:
+    """The whole page."""
+    from .jobs import STAGES  # no pyspark import: jobs imports it lazily
+
+    sections: list[str] = []
+    rng = summary.get("time_range", {})
+    facts = [
+        ("Log lines read", summary.get("lines")),
+        ("Malformed or truncated lines (skipped)", summary.get("malformed_lines")),
+        ("… of which not JSON / truncated", summary.get("malformed", {}).get("unparseable")),
+        ("… of which a field of the wrong type",
+         summary.get("malformed", {}).get("schema_mismatch")),
+        ("First event", rng.get("first")), ("Last event", rng.get("last")),
+        ("Requests", summary.get("requests")),
+        ("Connections refused", sum(summary.get("rejected_connections", {}).values())),
+        ("Undeclared events", json.dumps(summary.get("unknown_events", {})) or "{}"),
+        ("Schema version", summary.get("schema_version")),
+    ]
+    overview = "<table class=\"kv\">" + "".join(
+        f"<tr><th class=\"l\">{_esc(k)}</th><td>{_esc(_fmt(v))}</td></tr>" for k, v in facts
+    ) + "</table>" + "<p class=\"hint\">Inputs: " + _esc(", ".join(summary.get("inputs", []))) \
+        + "</p>"
+
+    rejected = tables.get("rejected_connections", [])
+    sections.append(_section(
+        "rejected", "Connections refused",
+        "clients cannot connect or are refused (check max.connections.per.ip, listener quotas, "
+        "connection rate limits)", "connection_rejected",
+        "<h3>By reason</h3>" + bar_chart(_counts(summary.get("rejected_connections", {})),
+                                         title="refused connections by reason")
+        + "<h3>By IP</h3>" + bar_chart(_counts(summary.get("rejected_connections_by_ip", {}))[:15],
+                                       title="refused connections by IP")
+        + table(rejected, ["ip", "listener", "reason", "count", "limit", "first_seen",
+                           "last_seen"])))
+    sections.append(_section(
+        "closed", "Connections closed", "clients are disconnected unexpectedly",
+        "connection_closed",
+        bar_chart(_counts(summary.get("closed_connections", {})), title="closed by reason")
+        + table(tables.get("closed_connections", []))))
+
+    timeline = tables.get("metrics_timeline", [])
+    idle_chart = line_chart({
+        "network processor idle %": [(r["ts"], r.get("network_processor_avg_idle_percent"))
+                                     for r in timeline],
+        "request handler idle %": [(r["ts"], r.get("request_handler_avg_idle_percent"))
+                                   for r in timeline],
+    }, unit="%", title="idle percent over time", y_max=100.0)
+    sections.append(_section(
+        "saturation", "I/O and processor saturation",
+        "requests are slow although the business logic is normal (slow I/O: low "
+        "NetworkProcessorAvgIdlePercent, frequent mute/unmute)",
+        "metrics_snapshot, connection_muted, connection_unmuted, throttle_started",
+        "<h3>Idle percent over time</h3>" + idle_chart
+        + "<h3>Mutes by reason</h3>"
+        + bar_chart([(str(r["reason"]), float(r["mutes"] or 0))
+                     for r in tables.get("mutes_by_reason", [])], title="mutes by reason")
+        + table(tables.get("mutes_by_reason", []))
+        + "<h3>Per minute</h3>" + table(tables.get("saturation_by_minute", []))))
+
+    queue_rows = tables.get("request_queue_by_minute", [])
+    sections.append(_section(
+        "queue", "Request queue blocking",
+        "requests enter slowly while the handlers are idle (RequestQueueSize high, memory pool "
+        "exhausted, too few num.io.threads, very large requests)",
+        "request (request_queue_ms), metrics_snapshot (request_queue_size, memory_pool_*)",
+        "<h3>Request queue size over time</h3>"
+        + line_chart({"request_queue_size": [(r["ts"], r.get("request_queue_size"))
+                                             for r in timeline],
+                      "response_queue_size": [(r["ts"], r.get("response_queue_size"))
+                                              for r in timeline]},
+                     title="queue sizes over time")
+        + "<h3>Queue time per minute</h3>"
+        + line_chart({"p95 request_queue_ms": [(r["minute"], r.get("p95_request_queue_ms"))
+                                               for r in queue_rows],
+                      "max request_queue_ms": [(r["minute"], r.get("max_request_queue_ms"))
+                                               for r in queue_rows]},
+                     unit=" ms", title="request queue time per minute")
+        + table(queue_rows)))
+
+    latency = tables.get("latency_by_api", [])
+    shares = [(str(r["api"]), [float(r.get(f"{s.removesuffix('_ms')}_share") or 0.0)
+                               for s in STAGES]) for r in latency]
+    sections.append(_section(
+        "latency", "Slow request handling",
+        "handlers are busy and responses are slow (a specific API, callbacks, too few "
+        "num.io.threads)", "request (total_ms and its stages)",
+        "<h3>Where the time goes, per API</h3>"
+        + stacked_bars(shares, [s.removesuffix("_ms") for s in STAGES], title="stage shares")
+        + "<h3>p99 total time per API</h3>"
+        + bar_chart([(str(r["api"]), float(r.get("p99_total_ms") or 0.0)) for r in latency],
+                    unit=" ms", title="p99 total_ms")
+        + table(latency, ["api", "requests", "errors", "p50_total_ms", "p95_total_ms",
+                          "p99_total_ms", "max_total_ms",
+                          *(f"p99_{s}" for s in STAGES)])
+        + "<h3>Slowest requests</h3>"
+        + table(tables.get("slowest_requests", []),
+                ["ts", "api", "client_id", "total_ms", "dominant_stage", *STAGES, "error",
+                 "connection_id"])))
+
+    clients = tables.get("top_clients", [])
+    by_bytes = sorted(clients, key=lambda r: -(r.get("total_bytes") or 0))
+    sections.append(_section(
+        "clients", "Top clients", "one client overloads the broker",
+        "request (client_id, request_bytes, response_bytes)",
+        "<h3>By requests</h3>"
+        + bar_chart([(str(r["client_id"]), float(r["requests"])) for r in clients[:15]])
+        + "<h3>By bytes (in + out)</h3>"
+        + bar_chart([(str(r["client_id"]), float(r.get("total_bytes") or 0))
+                     for r in by_bytes[:15]], unit=" B")
+        + table(clients, ["client_id", "requests", "request_bytes", "response_bytes",
+                          "total_bytes", "connections", "client_software_name",
+                          "client_software_version", "apis"])))
+    throttled = tables.get("throttled_clients", [])
+    sections.append(_section(
+        "throttled", "Throttled clients", "clients are slowed down by quotas (KIP-219)",
+        "throttle_started, request (throttle_ms)",
+        bar_chart([(str(r["client_id"]), float(r.get("total_throttle_ms") or 0.0))
+                   for r in throttled[:15]], unit=" ms")
+        + table(throttled)))
+    sections.append(_section(
+        "groups", "Consumer-group rebalances",
+        "consumers stall or re-read data: frequent group rebalances",
+        "consumer-group events (any event with a group_id field)",
+        bar_chart(_counts(summary.get("group_rebalances", {})), title="rebalances by group")
+        + table(tables.get("group_events", []))))
+
+    toc = "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t in (
+        ("rejected", "Connections refused"), ("closed", "Connections closed"),
+        ("saturation", "I/O and processor saturation"), ("queue", "Request queue blocking"),
+        ("latency", "Slow request handling"), ("clients", "Top clients"),
+        ("throttled", "Throttled clients"), ("groups", "Consumer-group rebalances")))
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>trio_broker log analysis</title>"
+            f"<style>{_CSS}</style></head><body><h1>trio_broker log analysis</h1>"
+            f"{overview}<ul>{toc}</ul>{''.join(sections)}</body></html>\n")

@@ -1,0 +1,239 @@
+"""``trio_broker analyze --follow DIR``: per-minute aggregates with Spark Structured Streaming.
+
+Spark's file source treats every file as immutable: it reads a file once, when it first sees it,
+so it would miss lines appended to the live ``broker.log`` and would read a rotated file again
+under each new name (``.1``, ``.2``, ...). :class:`LogTailer` bridges the two: it follows the
+live log files of DIR (by inode, so a rotation loses and repeats nothing) and spools each poll's
+complete lines into a new immutable chunk file, which is what the streaming query reads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import attrs
+
+from .schema import CORRUPT_RECORD, log_schema
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Live (not rotated) log files: ``x.log``, ``x.jsonl``, ``x.ndjson``, ``x.json``.
+LIVE_FILE_RE = re.compile(r"^[^._].*\.(log|jsonl|ndjson|json)$")
+
+BatchHandler = Callable[["DataFrame", int], None]
+
+
+@attrs.define
+class _Followed:
+    inode: int
+    handle: IO[bytes]
+    pending: bytes = b""
+
+
+@attrs.define
+class LogTailer:
+    """Follows the live log files of ``directory`` and spools complete lines into ``spool``.
+
+    Each :meth:`poll` reads what was appended since the last one; a file replaced by rotation is
+    read to its end through the still-open handle before the new file is opened, so every line
+    is spooled exactly once. Chunk files are written under a hidden name and renamed, because
+    Spark ignores names starting with a dot and must never see a half-written chunk.
+    """
+
+    directory: Path
+    spool: Path
+    from_start: bool = True
+    _files: dict[str, _Followed] = attrs.field(factory=dict)
+    _sequence: int = 0
+    lines: int = 0
+
+    def _open(self, path: Path, *, at_end: bool) -> _Followed | None:
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            return None
+        if at_end:
+            handle.seek(0, os.SEEK_END)
+        return _Followed(os.fstat(handle.fileno()).st_ino, handle)
+
+    def _drain(self, followed: _Followed, *, final: bool) -> list[bytes]:
+        data = followed.pending + followed.handle.read()
+        if final:
+            followed.pending = b""
+            # A torn last line of a closed file is kept: Spark will count it as malformed.
+            return [line for line in data.split(b"\n") if line.strip()]
+        complete, _, followed.pending = data.rpartition(b"\n")
+        return [line for line in complete.split(b"\n") if line.strip()] if complete else []
+
+    def poll(self) -> list[bytes]:
+        """Read new complete lines from every live file and spool them; returns them too."""
+        self.spool.mkdir(parents=True, exist_ok=True)
+        collected: list[bytes] = []
+        present = {p.name: p for p in self.directory.iterdir()
+                   if p.is_file() and LIVE_FILE_RE.match(p.name)} \
+            if self.directory.is_dir() else {}
+        for name, path in present.items():
+            followed = self._files.get(name)
+            if followed is None:
+                opened = self._open(path, at_end=not self.from_start)
+                if opened is not None:
+                    self._files[name] = opened
+                continue
+            try:
+                inode = path.stat().st_ino
+            except FileNotFoundError:
+                continue
+            if inode != followed.inode:  # rotated: finish the old file, then start the new one
+                collected.extend(self._drain(followed, final=True))
+                followed.handle.close()
+                opened = self._open(path, at_end=False)
+                if opened is None:
+                    del self._files[name]
+                    continue
+                self._files[name] = opened
+        for name, followed in list(self._files.items()):
+            collected.extend(self._drain(followed, final=False))
+            if name not in present:  # deleted and not recreated (yet)
+                collected.extend(self._drain(followed, final=True))
+                followed.handle.close()
+                del self._files[name]
+        if collected:
+            self._spool(collected)
+        return collected
+
+    def _spool(self, lines: list[bytes]) -> None:
+        self._sequence += 1
+        name = f"chunk-{time.time_ns()}-{self._sequence:08d}.jsonl"
+        hidden = self.spool / f".{name}.tmp"
+        hidden.write_bytes(b"\n".join(lines) + b"\n")
+        os.replace(hidden, self.spool / name)
+        self.lines += len(lines)
+
+    def close(self) -> None:
+        """Close every followed file."""
+        for followed in self._files.values():
+            followed.handle.close()
+        self._files.clear()
+
+
+def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFrame:
+    """Per-minute, per-broker aggregates of a (streaming) DataFrame of log lines.
+
+    Malformed lines have no event time; they are counted in the minute they were read.
+    """
+    from pyspark.sql import functions as F
+
+    event = F.col("event")
+
+    def count_of(name: str) -> Any:
+        return F.sum((event == name).cast("long"))
+
+    return (lines
+            .withColumn("event_time", F.coalesce(F.col("ts"), F.current_timestamp()))
+            .withWatermark("event_time", watermark)
+            .groupBy(F.window("event_time", "1 minute"), F.col("broker"))
+            .agg(count_of("request").alias("requests"),
+                 F.sum(F.when(event == "request", F.col("error").isNotNull()
+                              & ~F.col("error").isin("NONE", "")).cast("long")).alias("errors"),
+                 F.percentile_approx(F.when(event == "request", F.col("total_ms")), 0.95, 10000)
+                 .alias("p95_total_ms"),
+                 F.max(F.when(event == "request", F.col("request_queue_ms")))
+                 .alias("max_request_queue_ms"),
+                 F.sum(F.when(event == "request", F.col("request_bytes"))).alias("request_bytes"),
+                 count_of("connection_accepted").alias("accepted"),
+                 count_of("connection_rejected").alias("rejected"),
+                 count_of("connection_muted").alias("mutes"),
+                 count_of("throttle_started").alias("throttles"),
+                 F.min("network_processor_avg_idle_percent").alias("min_network_idle_percent"),
+                 F.max("request_queue_size").alias("max_request_queue_size"),
+                 F.sum(F.col(CORRUPT_RECORD).isNotNull().cast("long")).alias("malformed"))
+            .select(F.col("window.start").alias("minute"), "broker", "requests", "errors",
+                    "p95_total_ms", "max_request_queue_ms", "request_bytes", "accepted",
+                    "rejected", "mutes", "throttles", "min_network_idle_percent",
+                    "max_request_queue_size", "malformed"))
+
+
+def print_batch(frame: DataFrame, batch_id: int) -> None:
+    """The console sink: the minutes this micro-batch updated, as a plain table."""
+    rows = frame.orderBy("minute", "broker").collect()
+    if not rows:
+        return
+    columns = frame.columns
+    print(f"-- batch {batch_id}: {len(rows)} minute(s) updated", flush=False)
+    print("  ".join(columns))
+    for row in rows:
+        print("  ".join("" if row[c] is None else str(row[c]) for c in columns))
+    sys.stdout.flush()
+
+
+def parquet_sink(out: Path) -> BatchHandler:
+    """A sink appending each micro-batch's updated minutes, with its batch id, to Parquet.
+
+    A minute may appear in several batches; its row with the highest ``batch_id`` is current.
+    """
+    def write(frame: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        frame.withColumn("batch_id", F.lit(batch_id)).write.mode("append") \
+            .parquet(str(out / "minute_aggregates.parquet"))
+    return write
+
+
+def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchHandler,
+           trigger_seconds: float = 5.0, stop: threading.Event | None = None,
+           timeout: float | None = None, from_start: bool = True,
+           progress: Callable[[str], None] | None = None) -> int:
+    """Run the streaming job until ``stop`` is set, ``timeout`` passes, or Ctrl-C.
+
+    ``work`` holds the spool of chunk files and the checkpoint. Returns the lines spooled.
+    """
+    from pyspark.sql import functions as F
+
+    spool = work / "spool"
+    spool.mkdir(parents=True, exist_ok=True)
+    tailer = LogTailer(directory, spool, from_start=from_start)
+    tailer.poll()  # open the files (and spool what they hold) before Spark lists the spool
+    lines = (spark.readStream.schema(log_schema())
+             .option("mode", "PERMISSIVE")
+             .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+             .json(str(spool))
+             .withColumn("ts", F.to_timestamp(F.col("timestamp"))))
+    query = (minute_aggregates(lines).writeStream
+             .outputMode("update")
+             .foreachBatch(on_batch)
+             .option("checkpointLocation", str(work / "checkpoint"))
+             .trigger(processingTime=f"{max(trigger_seconds, 0.1)} seconds")
+             .start())
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stop_event = stop if stop is not None else threading.Event()
+    poll_interval = min(1.0, max(trigger_seconds / 2, 0.1))
+    reported = 0
+    try:
+        while not stop_event.is_set() and query.isActive:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            tailer.poll()
+            if progress is not None and tailer.lines != reported:
+                reported = tailer.lines
+                progress(f"followed {reported} line(s) from {directory}")
+            stop_event.wait(poll_interval)
+        tailer.poll()
+        if query.isActive:
+            query.processAllAvailable()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        query.stop()
+        tailer.close()
+    exception = query.exception()
+    if exception is not None:
+        raise RuntimeError(f"the streaming query failed: {exception}")
+    return tailer.lines
