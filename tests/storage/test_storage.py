@@ -1,0 +1,334 @@
+"""The storage engine: append/read, roll, retention, crash recovery, idempotence, restarts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trio_broker.config import load_config
+from trio_broker.protocol import records as rb
+from trio_broker.storage import LogManager
+from trio_broker.storage import errors as se
+from trio_broker.storage.log import now_ms
+
+
+def make(tmp_path: Path, **overrides: str) -> LogManager:
+    settings = {"log.dirs": str(tmp_path)}
+    settings.update({k.replace("_", "."): v for k, v in overrides.items()})
+    lm = LogManager(load_config(settings))
+    lm.open()
+    return lm
+
+
+def reopen(lm: LogManager, *, crash: bool = False) -> LogManager:
+    if crash:
+        for log in lm.all_partitions():
+            log.close()
+    else:
+        lm.close()
+    fresh = LogManager(lm.config)
+    fresh.open()
+    return fresh
+
+
+def batch(values: list[bytes], ts: int | None = None, **kw: Any) -> bytes:
+    stamp = now_ms() if ts is None else ts
+    return rb.build_batch([(None, v, [], stamp) for v in values], **kw)
+
+
+def values_of(data: bytes) -> list[tuple[int, bytes | None]]:
+    out = []
+    for position, size in rb.iter_batches(data):
+        out += [(r.offset, r.value) for r in rb.decode_records(data[position:position + size])]
+    return out
+
+
+def read_all(lm: LogManager, topic: str, partition: int = 0) -> list[tuple[int, bytes | None]]:
+    log = lm.get_partition(topic, partition)
+    assert log is not None
+    offset = log.log_start_offset
+    found: list[tuple[int, bytes | None]] = []
+    while offset < log.log_end_offset:
+        got = values_of(lm.read(topic, partition, offset, 1 << 20).records)
+        assert got, f"no progress at {offset}"
+        found += [item for item in got if item[0] >= offset]
+        offset = got[-1][0] + 1
+    return found
+
+
+async def test_append_assigns_dense_offsets_and_reads_whole_batches(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 2)
+    first = await lm.append("t", 0, batch([b"a", b"b", b"c"], base_offset=99))
+    second = await lm.append("t", 0, batch([b"d"]))
+    assert (first.base_offset, second.base_offset) == (0, 3)
+    assert first.log_append_time == -1
+    assert read_all(lm, "t") == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    # reading from the middle of a batch returns the whole batch
+    assert values_of(lm.read("t", 0, 1, 1000).records)[0] == (0, b"a")
+    # max_bytes smaller than a batch: still one whole batch, unless min_one_batch is off
+    one = lm.read("t", 0, 0, 10)
+    assert values_of(one.records) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert lm.read("t", 0, 0, 10, min_one_batch=False).records == b""
+    result = lm.read("t", 0, 4, 1000)
+    assert (result.records, result.high_watermark, result.log_start_offset) == (b"", 4, 0)
+    with pytest.raises(se.OffsetOutOfRange):
+        lm.read("t", 0, 5, 1000)
+    with pytest.raises(se.UnknownTopicOrPartition):
+        await lm.append("t", 2, batch([b"x"]))
+    lm.close()
+
+
+async def test_validation_errors(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, {"max.message.bytes": "200"})
+    good = batch([b"x"])
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 1
+    with pytest.raises(se.CorruptMessage):
+        await lm.append("t", 0, bytes(bad_crc))
+    with pytest.raises(se.CorruptMessage):
+        await lm.append("t", 0, good[:-3])
+    with pytest.raises(se.MessageTooLarge):
+        await lm.append("t", 0, batch([b"x" * 300]))
+    with pytest.raises(se.InvalidRecord):
+        await lm.append("t", 0, batch([b"x"], attributes=rb.CONTROL_BIT))
+    assert lm.get_partition("t", 0).log_end_offset == 0  # type: ignore[union-attr]
+    lm.close()
+
+
+async def test_log_append_time_topics_stamp_batches(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, {"message.timestamp.type": "LogAppendTime"})
+    before = now_ms()
+    result = await lm.append("t", 0, batch([b"x", b"y"], ts=5))
+    assert result.log_append_time >= before
+    data = lm.read("t", 0, 0, 1000).records
+    header = rb.validate_batch(data)
+    assert header.log_append_time and header.max_timestamp == result.log_append_time
+    lm.close()
+
+
+async def test_segments_roll_by_size_and_indexes_find_offsets(tmp_path: Path) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="100")
+    lm.create_topic("t", 1, {"segment.bytes": "1000"})
+    for i in range(60):
+        await lm.append("t", 0, batch([b"%03d" % i] * 2, ts=1000 + i))
+    log = lm.get_partition("t", 0)
+    assert log is not None and len(log.segments) > 3
+    files = sorted(p.name for p in (tmp_path / "t-0").iterdir())
+    assert "00000000000000000000.log" in files and "00000000000000000000.index" in files
+    assert all(s.size <= 1000 for s in log.segments)
+    assert all(s.offset_index.offsets for s in log.segments[:-1])
+    expected = [(2 * i + j, b"%03d" % i) for i in range(60) for j in range(2)]
+    assert read_all(lm, "t") == expected
+    for offset in (0, 17, 64, 119):
+        assert values_of(lm.read("t", 0, offset, 50).records)[0][0] in (offset, offset - 1)
+    # by timestamp through the time index; latest / earliest / max timestamp
+    assert lm.list_offset("t", 0, 1000 + 33) == (66, 1033)
+    assert lm.list_offset("t", 0, -2) == (0, -1)
+    assert lm.list_offset("t", 0, -1) == (120, -1)
+    assert lm.list_offset("t", 0, -3) == (118, 1059)
+    assert lm.list_offset("t", 0, 10**13) == (-1, -1)
+    lm.close()
+
+
+async def test_roll_by_time(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, {"segment.ms": "1"})
+    await lm.append("t", 0, batch([b"a"], ts=1))  # first batch time 1 ms: long ago
+    await lm.append("t", 0, batch([b"b"]))
+    assert len(lm.get_partition("t", 0).segments) == 2  # type: ignore[union-attr]
+    lm.close()
+
+
+async def test_retention_by_time_and_bytes(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("old", 1, {"segment.bytes": "300", "retention.ms": "60000"})
+    lm.create_topic("big", 1, {"segment.bytes": "300", "retention.bytes": "700"})
+    now = now_ms()
+    for i in range(10):
+        await lm.append("old", 0, batch([b"x" * 50], ts=now - 3_600_000 + i))
+        await lm.append("big", 0, batch([b"y" * 50]))
+    await lm.append("old", 0, batch([b"fresh" * 10]))
+    old, big = lm.get_partition("old", 0), lm.get_partition("big", 0)
+    assert old is not None and big is not None
+    old.delete_old_segments(now_ms())
+    big.delete_old_segments(now_ms())
+    assert read_all(lm, "old") == [(10, b"fresh" * 10)]
+    assert old.log_start_offset == 10
+    # Kafka's rule: delete the oldest while the log stays at or above retention.bytes
+    assert big.log_start_offset > 0 and big.size_bytes - big.segments[0].size < 700 <= \
+        big.size_bytes
+    assert [o for o, _ in read_all(lm, "big")] == list(range(big.log_start_offset, 10))
+    with pytest.raises(se.OffsetOutOfRange):
+        lm.read("big", 0, 0, 100)
+    # everything expired: the active segment is rolled and deleted too
+    for i in range(3):
+        await lm.append("old", 0, batch([b"z"], ts=now - 3_600_000 + i))
+    lm.alter_topic_config("old", {"retention.ms": "1"}, incremental=True)
+    old.delete_old_segments(now_ms() + 10)
+    assert old.log_start_offset == old.log_end_offset == 14
+    assert lm.read("old", 0, 14, 100).records == b""
+    lm = reopen(lm)
+    assert lm.get_partition("old", 0).log_start_offset == 14  # type: ignore[union-attr]
+    assert (await lm.append("old", 0, batch([b"next"]))).base_offset == 14
+    lm.close()
+
+
+async def test_restart_keeps_topics_configs_and_data(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    info = lm.create_topic("keep", 3, {"retention.ms": "1234"})
+    await lm.append("keep", 2, batch([b"one", b"two"]))
+    lm = reopen(lm)
+    assert lm.topics["keep"] == info
+    assert read_all(lm, "keep", 2) == [(0, b"one"), (1, b"two")]
+    entries = {e.name: e for e in lm.describe_topic_config("keep")}
+    assert entries["retention.ms"].source == "TOPIC_CONFIG"
+    assert entries["segment.bytes"].source == "DEFAULT_CONFIG"
+    assert (tmp_path / ".kafka_cleanshutdown").exists() is False
+    lm.close()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+@pytest.mark.parametrize("damage", ["torn", "garbage", "flipped"])
+async def test_crash_recovery_truncates_a_bad_tail(tmp_path: Path, damage: str) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="50")
+    lm.create_topic("t", 1)
+    for i in range(5):
+        await lm.append("t", 0, batch([b"v%d" % i]))
+    log_file = tmp_path / "t-0" / "00000000000000000000.log"
+    good_size = log_file.stat().st_size
+    last = batch([b"last"])
+    await lm.append("t", 0, last)
+    # the crash: files are closed without a clean shutdown, then the tail is damaged
+    for partition in lm.all_partitions():
+        partition.close()
+    with open(log_file, "r+b") as handle:
+        if damage == "torn":
+            handle.truncate(good_size + len(last) - 7)
+        elif damage == "garbage":
+            handle.seek(0, os.SEEK_END)
+            handle.write(b"\x00\x01garbage" * 5)
+            good_size += len(last)
+        else:
+            handle.seek(good_size + len(last) - 2)
+            handle.write(b"\xff\xff")
+    (tmp_path / "t-0" / "00000000000000000000.index").write_bytes(b"\x00\x00\x07")
+    lm2 = LogManager(lm.config)
+    lm2.open()
+    assert not lm2.clean_shutdown
+    assert log_file.stat().st_size == good_size
+    expected = [(i, b"v%d" % i) for i in range(5)]
+    if damage == "garbage":
+        expected.append((5, b"last"))
+    assert read_all(lm2, "t") == expected
+    assert (await lm2.append("t", 0, batch([b"after"]))).base_offset == len(expected)
+    lm2.close()
+
+
+async def test_missing_index_is_rebuilt_after_clean_shutdown(tmp_path: Path) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="10")
+    lm.create_topic("t", 1, {"segment.bytes": "400"})
+    for i in range(30):
+        await lm.append("t", 0, batch([b"%02d" % i]))
+    lm.close()
+    for index in (tmp_path / "t-0").glob("*.index"):
+        index.unlink()
+    lm = LogManager(lm.config)
+    lm.open()
+    log = lm.get_partition("t", 0)
+    assert log is not None and all(s.offset_index.offsets for s in log.segments if s.size > 200)
+    assert [v for _, v in read_all(lm, "t")] == [b"%02d" % i for i in range(30)]
+    lm.close()
+
+
+async def test_idempotent_duplicates_and_sequence_errors(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    pid = lm.allocate_producer_id()
+    b0 = batch([b"a", b"b"], producer_id=pid, producer_epoch=0, base_sequence=0)
+    b1 = batch([b"c"], producer_id=pid, producer_epoch=0, base_sequence=2)
+    assert (await lm.append("t", 0, b0)).base_offset == 0
+    assert (await lm.append("t", 0, b1)).base_offset == 2
+    again = await lm.append("t", 0, b0)  # a retry of the first batch
+    assert (again.base_offset, again.duplicate) == (0, True)
+    assert lm.get_partition("t", 0).log_end_offset == 3  # type: ignore[union-attr]
+    gap = batch([b"d"], producer_id=pid, producer_epoch=0, base_sequence=5)
+    with pytest.raises(se.OutOfOrderSequence):
+        await lm.append("t", 0, gap)
+    # a new epoch must restart at sequence 0
+    with pytest.raises(se.OutOfOrderSequence):
+        await lm.append("t", 0, batch([b"f"], producer_id=pid, producer_epoch=1,
+                                      base_sequence=7))
+    assert (await lm.append("t", 0, batch([b"g"], producer_id=pid, producer_epoch=1,
+                                          base_sequence=0))).base_offset == 3
+    with pytest.raises(se.InvalidProducerEpoch):
+        await lm.append("t", 0, batch([b"h"], producer_id=pid, producer_epoch=0,
+                                      base_sequence=3))
+    # state survives a clean restart (snapshot) and a crash (replay of batch headers)
+    for crash in (False, True):
+        lm = reopen(lm, crash=crash)
+        dup = await lm.append("t", 0, batch([b"g"], producer_id=pid, producer_epoch=1,
+                                            base_sequence=0))
+        assert (dup.base_offset, dup.duplicate) == (3, True)
+        with pytest.raises(se.OutOfOrderSequence):
+            await lm.append("t", 0, batch([b"x"], producer_id=pid, producer_epoch=1,
+                                          base_sequence=9))
+    # producer ids are never reused across restarts
+    assert lm.allocate_producer_id() > pid
+    lm.close()
+
+
+async def test_flush_policy_advances_the_recovery_point(tmp_path: Path) -> None:
+    lm = make(tmp_path, log_flush_interval_messages="2")
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    await lm.append("t", 0, batch([b"a"]))
+    assert log.recovery_point == 0 and log.unflushed_messages == 1
+    await lm.append("t", 0, batch([b"b"]))
+    assert log.recovery_point == 2 and log.unflushed_messages == 0
+    lm.close()
+
+
+async def test_topic_admin(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    for bad in ("", ".", "..", "a" * 250, "bad name", "bad/name"):
+        with pytest.raises(se.InvalidTopic):
+            lm.create_topic(bad, 1)
+    lm.create_topic("a.b", 1)
+    with pytest.raises(se.InvalidTopic):
+        lm.create_topic("a_b", 1)
+    with pytest.raises(se.TopicAlreadyExists):
+        lm.create_topic("a.b", 1)
+    with pytest.raises(se.InvalidPartitions):
+        lm.create_topic("zero", 0)
+    with pytest.raises(se.InvalidConfig):
+        lm.create_topic("c", 1, {"no.such.config": "1"})
+    with pytest.raises(se.InvalidConfig):
+        lm.create_topic("c", 1, {"retention.ms": "soon"})
+    assert "c" not in lm.topics
+    assert lm.create_topic("v", 2, validate_only=True).num_partitions == 2
+    assert "v" not in lm.topics and not (tmp_path / "v-0").exists()
+    lm.create_partitions("a.b", 3)
+    with pytest.raises(se.InvalidPartitions):
+        lm.create_partitions("a.b", 2)
+    assert (tmp_path / "a.b-2").is_dir()
+    await lm.append("a.b", 2, batch([b"x"]))
+    lm.alter_topic_config("a.b", {"retention.ms": "5", "segment.bytes": "1000"},
+                          incremental=True)
+    lm.alter_topic_config("a.b", {"retention.ms": None}, incremental=True)
+    assert dict(lm.topics["a.b"].configs) == {"segment.bytes": "1000"}
+    lm.alter_topic_config("a.b", {"flush.ms": "10"}, incremental=False)
+    assert dict(lm.topics["a.b"].configs) == {"flush.ms": "10"}
+    lm.delete_topic("a.b")
+    assert not (tmp_path / "a.b-0").exists() and "a.b" not in lm.topics
+    with pytest.raises(se.UnknownTopicOrPartition):
+        lm.delete_topic("a.b")
+    lm = reopen(lm)
+    assert "a.b" not in lm.topics
+    lm.close()

@@ -1,0 +1,451 @@
+"""One partition's log: an ordered list of segments in ``<topic>-<partition>/``.
+
+Appends are synchronous from offset assignment to the write, so appends to one partition never
+interleave (Trio runs one task at a time and nothing here awaits); the caller awaits the flush
+afterwards when the flush policy asks for one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import trio
+
+from ..observability.log import emit
+from ..protocol import records as rb
+from .errors import (
+    BATCH_ERRORS,
+    InvalidRecord,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    StorageError,
+)
+from .producer_state import ProducerStateManager
+from .segment import Segment
+from .topic_config import LogConfig
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen
+class AppendResult:
+    """Where a produce request's records landed."""
+
+    base_offset: int
+    #: Broker time stamped on the batches (LogAppendTime topics), else -1.
+    log_append_time: int
+    log_start_offset: int
+    #: The last offset written (for flush accounting and tests).
+    last_offset: int = -1
+    duplicate: bool = False
+
+
+@attrs.frozen
+class ReadResult:
+    """Whole batches read from one partition, with the partition's offsets."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+
+
+class PartitionLog:
+    """The segments, offsets, producer state and flush state of one partition."""
+
+    def __init__(self, topic: str, partition: int, directory: Path, config: LogConfig) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms()
+        self.producer_state = ProducerStateManager(directory)
+        #: Events of parked fetches waiting for the next append (set and cleared on append).
+        self.waiters: set[trio.Event] = set()
+        self.failed = False
+        self._flush_lock = trio.Lock()
+
+    # ------------------------------------------------------------------------------ opening
+    def open(self, *, clean: bool, recovery_point: int | None) -> None:
+        """Load the segments found on disk; recover those that may hold unflushed data.
+
+        A clean shutdown trusts every index (checked for sanity, rebuilt when broken). After a
+        crash, every segment from the one holding the recovery point on is scanned batch by
+        batch (CRC included); the first invalid or torn batch and everything after it are cut.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for leftover in self.directory.glob("*.tmp"):
+            leftover.unlink(missing_ok=True)
+        bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log")
+                       if p.name[:-4].isdigit())
+        # Indexes without a log are debris of a deleted segment.
+        for pattern in ("*.index", "*.timeindex"):
+            for path in self.directory.glob(pattern):
+                stem = path.name.split(".")[0]
+                if not stem.isdigit() or int(stem) not in bases:
+                    path.unlink(missing_ok=True)
+        created = now_ms()
+        for base in bases:
+            self._add_segment(Segment(
+                self.directory, base, index_max_bytes=self.config.segment_index_bytes,
+                index_interval_bytes=self.config.index_interval_bytes, created_ms=created))
+        if not self.segments:
+            self._add_segment(self._new_segment(0))
+        # Without a recorded recovery point, a crash means every segment is suspect.
+        point = recovery_point if recovery_point is not None and recovery_point >= 0 else 0
+        for index, segment in enumerate(self.segments):
+            is_last = index == len(self.segments) - 1
+            next_base = self.segments[index + 1].base_offset if not is_last else None
+            needs_recovery = not clean and (next_base is None or next_base > point)
+            if not needs_recovery:
+                trusted = segment.load_indexes(next_base if next_base is not None else 2**63 - 1)
+                if trusted:
+                    segment.scan_tail()
+                    continue
+                emit("log_index_rebuilt", topic=self.topic, partition=self.partition,
+                     segment=segment.base_offset)
+            truncated, reason = segment.recover(segment.base_offset)
+            if truncated:
+                emit("log_tail_truncated", topic=self.topic, partition=self.partition,
+                     segment=segment.base_offset, bytes=truncated, reason=reason or "")
+                # Segments after a corrupt one cannot follow on from it: drop them.
+                for later in self.segments[index + 1:]:
+                    later.delete()
+                del self.segments[index + 1:]
+                del self._bases[index + 1:]
+                break
+        self.log_start_offset = self.segments[0].base_offset
+        self.recovery_point = self.log_end_offset if clean else min(point, self.log_end_offset)
+        self._load_producer_state()
+
+    def _load_producer_state(self) -> None:
+        state = self.producer_state
+        state.load_snapshot(self.log_end_offset, self.log_start_offset)
+        start = max(state.map_end_offset, self.log_start_offset)
+        for header in self.iter_headers(start):
+            if header.has_producer_id:
+                state.update(header)
+        state.map_end_offset = self.log_end_offset
+
+    def _new_segment(self, base: int) -> Segment:
+        return Segment(self.directory, base, index_max_bytes=self.config.segment_index_bytes,
+                       index_interval_bytes=self.config.index_interval_bytes,
+                       created_ms=now_ms())
+
+    def _add_segment(self, segment: Segment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # ---------------------------------------------------------------------------- offsets
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        # One replica: everything appended is committed.
+        return self.active.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # ----------------------------------------------------------------------------- append
+    def append(self, records: bytes, *, from_client: bool = True, producer_check: bool = True,
+               append_time: int | None = None) -> AppendResult:
+        """Validate, assign offsets, write. Synchronous: nothing may run in between."""
+        if self.failed:
+            raise KafkaStorageError(f"partition {self.topic}-{self.partition} is offline")
+        try:
+            batches = rb.split_batches(records, max_size=self.config.max_message_bytes,
+                                       from_client=from_client)
+        except rb.RecordBatchError as exc:
+            raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
+        state = self.producer_state
+        if producer_check:
+            # Kafka answers a retried batch with the offsets it got the first time.
+            if len(batches) == 1 and batches[0][1].has_producer_id:
+                duplicate = state.find_duplicate(batches[0][1])
+                if duplicate is not None:
+                    return AppendResult(duplicate.first_offset, -1, self.log_start_offset,
+                                        duplicate.last_offset, duplicate=True)
+            pending: dict[int, tuple[int, int]] = {}
+            for _, header in batches:
+                if header.has_producer_id:
+                    state.check(header, pending)
+        stamp = append_time if append_time is not None else (
+            now_ms() if self.config.log_append_time else None)
+        data = bytearray(records)
+        next_offset = self.log_end_offset
+        base_offset = next_offset
+        assigned: list[tuple[int, rb.BatchHeader]] = []
+        messages = 0
+        for position, header in batches:
+            rb.assign_offset(data, position, next_offset, stamp)
+            header = attrs.evolve(
+                header, base_offset=next_offset,
+                max_timestamp=stamp if stamp is not None else header.max_timestamp)
+            assigned.append((position, header))
+            next_offset = header.next_offset
+            messages += header.record_count
+        self._maybe_roll(len(data), next_offset, max(h.max_timestamp for _, h in assigned))
+        segment = self.active
+        size_before = segment.size
+        try:
+            segment.append(data, assigned)
+        except OSError as exc:
+            self._fail_append(segment, size_before, exc)
+        for _, header in assigned:
+            state.update(header)
+        self.unflushed_messages += messages
+        self._wake()
+        return AppendResult(base_offset, stamp if stamp is not None else -1,
+                            self.log_start_offset, next_offset - 1)
+
+    def _fail_append(self, segment: Segment, size_before: int, exc: OSError) -> None:
+        try:
+            os.ftruncate(segment.fd, size_before)
+            segment.size = size_before
+        except OSError:
+            self.failed = True
+        raise KafkaStorageError(f"write to {segment.log_path} failed: {exc}") from exc
+
+    def _wake(self) -> None:
+        if self.waiters:
+            waiters, self.waiters = self.waiters, set()
+            for event in waiters:
+                event.set()
+
+    @property
+    def needs_flush(self) -> bool:
+        return self.unflushed_messages >= self.config.flush_messages
+
+    def _maybe_roll(self, incoming: int, next_offset: int, max_timestamp: int) -> None:
+        segment = self.active
+        if segment.size == 0:
+            return
+        config = self.config
+        if (segment.size > config.segment_bytes - incoming
+                or segment.time_waited_for_roll(now_ms(), max_timestamp) > config.segment_ms
+                or segment.indexes_full
+                or next_offset - 1 - segment.base_offset > rb.INT32_MAX):
+            self.roll()
+
+    def roll(self) -> Segment:
+        """Start a new active segment at the log end (no-op when the active one is empty)."""
+        old = self.active
+        if old.size == 0:
+            return old
+        old.on_inactive()
+        segment = self._new_segment(self.log_end_offset)
+        segment.next_offset = old.next_offset
+        self._add_segment(segment)
+        self.producer_state.map_end_offset = self.log_end_offset
+        try:
+            self.producer_state.write_snapshot()
+        except OSError as exc:
+            emit("log_flush_failed", topic=self.topic, partition=self.partition,
+                 error=f"producer snapshot: {exc}")
+        emit("log_segment_rolled", topic=self.topic, partition=self.partition,
+             segment=segment.base_offset, previous_size=old.size)
+        return segment
+
+    # ------------------------------------------------------------------------------ flush
+    async def flush(self) -> None:
+        """fsync every segment with unflushed data, off the event loop; then advance the
+        recovery point (everything below it survives a crash and is not rescanned)."""
+        async with self._flush_lock:
+            target = self.log_end_offset
+            if target <= self.recovery_point and not self.unflushed_messages:
+                return
+            messages = self.unflushed_messages
+            segments = [s for s in self.segments if s.next_offset > self.recovery_point
+                        or s is self.active]
+            try:
+                await trio.to_thread.run_sync(_fsync_all, segments)
+            except OSError as exc:
+                emit("log_flush_failed", topic=self.topic, partition=self.partition,
+                     error=str(exc))
+                raise KafkaStorageError(f"fsync failed: {exc}") from exc
+            self.recovery_point = max(self.recovery_point, target)
+            self.unflushed_messages = max(0, self.unflushed_messages - messages)
+            self.last_flush_ms = now_ms()
+
+    def flush_sync(self) -> None:
+        _fsync_all(self.segments)
+        self.recovery_point = self.log_end_offset
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms()
+
+    # ------------------------------------------------------------------------------- read
+    def segment_for(self, offset: int) -> Segment:
+        slot = bisect.bisect_right(self._bases, offset) - 1
+        return self.segments[max(slot, 0)]
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> ReadResult:
+        """Whole batches starting with the one holding ``offset``, from one segment."""
+        end = self.log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRange(
+                f"Offset {offset} is out of range for partition {self.topic}-{self.partition}: "
+                f"log start {self.log_start_offset}, log end {end}")
+        records = b""
+        if offset < end:
+            slot = bisect.bisect_right(self._bases, offset) - 1
+            while slot < len(self.segments):
+                segment = self.segments[slot]
+                position = segment.find_position(offset)
+                if position is not None:
+                    records = segment.read(position, max_bytes, min_one_batch)
+                    break
+                slot += 1
+        return ReadResult(records, end, self.log_start_offset, end)
+
+    def iter_headers(self, start_offset: int) -> Iterator[rb.BatchHeader]:
+        """Headers of every batch ending after ``start_offset`` (cold paths)."""
+        slot = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        for segment in self.segments[slot:]:
+            position = segment.find_position(start_offset)
+            if position is None:
+                continue
+            for _, header in segment.iter_headers(position):
+                yield header
+
+    # -------------------------------------------------------------------------- list offset
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """The first record with a timestamp at or after ``timestamp``: ``(offset, ts)``."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            start = max(segment.time_index.lookup(timestamp), self.log_start_offset)
+            position = segment.find_position(start)
+            while position is not None and position < segment.size:
+                header = rb.decode_header(segment.pread(rb.HEADER_SIZE, position))
+                if header.max_timestamp >= timestamp:
+                    return self._record_at_or_after(segment, position, header, timestamp)
+                position += header.size
+        return None
+
+    def _record_at_or_after(self, segment: Segment, position: int, header: rb.BatchHeader,
+                            timestamp: int) -> tuple[int, int]:
+        if header.log_append_time:
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        try:
+            for record in rb.decode_records(segment.pread(header.size, position)):
+                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                    return record.offset, record.timestamp
+        except rb.RecordBatchError:
+            pass  # compressed with a codec we cannot decode: answer at batch granularity
+        return max(header.base_offset, self.log_start_offset), header.max_timestamp
+
+    def max_timestamp_offset(self) -> tuple[int, int]:
+        """Offset and timestamp of the record with the largest timestamp (KIP-734)."""
+        best: Segment | None = None
+        for segment in self.segments:
+            if segment.max_timestamp >= 0 and (best is None
+                                               or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return -1, -1
+        target = best.max_timestamp
+        position = best.find_position(best.offset_of_max_timestamp)
+        if position is not None:
+            header = rb.decode_header(best.pread(rb.HEADER_SIZE, position))
+            offset, ts = self._record_at_or_after(best, position, header, target)
+            if ts == target:
+                return offset, ts
+        return best.offset_of_max_timestamp, target
+
+    # ---------------------------------------------------------------------------- retention
+    def delete_old_segments(self, now: int) -> int:
+        """Kafka's retention: drop the oldest segments past ``retention.ms`` or while the log
+        exceeds ``retention.bytes``. Returns the number of segments deleted."""
+        config = self.config
+        if not config.delete_enabled:
+            return 0
+        deletable = 0
+        if config.retention_ms >= 0:
+            for segment in self.segments:
+                if segment.size == 0:
+                    break
+                largest = segment.max_timestamp if segment.max_timestamp >= 0 else \
+                    _mtime_ms(segment)
+                if now - largest <= config.retention_ms:
+                    break
+                deletable += 1
+        if config.retention_bytes >= 0:
+            excess = self.size_bytes - config.retention_bytes
+            by_size = 0
+            for segment in self.segments:
+                if segment.size == 0 or excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                by_size += 1
+            deletable = max(deletable, by_size)
+        if deletable == 0:
+            return 0
+        if deletable >= len(self.segments):
+            self.roll()
+        doomed = self.segments[:deletable]
+        del self.segments[:deletable]
+        del self._bases[:deletable]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.producer_state.on_log_start_advanced(self.log_start_offset)
+        for segment in doomed:
+            segment.delete()
+            emit("log_segment_deleted", topic=self.topic, partition=self.partition,
+                 segment=segment.base_offset, size=segment.size, reason="retention")
+        return len(doomed)
+
+    # ------------------------------------------------------------------------------ close
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    def write_snapshot(self) -> None:
+        self.producer_state.map_end_offset = self.log_end_offset
+        self.producer_state.write_snapshot()
+
+    def delete_files(self) -> None:
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _fsync_all(segments: list[Segment]) -> None:
+    for segment in segments:
+        segment.fsync()
+    # Newly created segment files must survive too: sync their directory entry.
+    if segments:
+        fd = os.open(segments[0].directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _mtime_ms(segment: Segment) -> int:
+    try:
+        return int(os.fstat(segment.fd).st_mtime * 1000)
+    except OSError:
+        return now_ms()
+
+
+def batch_error(exc: rb.RecordBatchError) -> StorageError:
+    return BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message)

@@ -1,0 +1,418 @@
+"""The storage layer's entry point: topics, their partition logs, and the background tasks.
+
+On-disk layout under ``config.data_dir`` (Kafka's, plus one JSON file for topic metadata)::
+
+    topics.json                         topic ids, partition counts, config overrides
+    recovery-point-offset-checkpoint    Kafka's format: offsets below which data was fsynced
+    .kafka_cleanshutdown                present only between a clean close and the next open
+    producer-id-block                   next unallocated producer id block
+    <topic>-<partition>/00000000000000000000.log|.index|.timeindex, <offset>.snapshot
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ..config import BrokerConfig
+from ..observability.log import emit
+from .errors import (
+    InvalidPartitions,
+    InvalidTopic,
+    OffsetOutOfRange,
+    StorageError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from .log import AppendResult, PartitionLog, ReadResult, now_ms
+from .producer_state import ProducerIdAllocator
+from .topic_config import (
+    INTERNAL_TOPICS,
+    ConfigEntry,
+    LogConfig,
+    collision_key,
+    describe_configs,
+    validate_topic_configs,
+    validate_topic_name,
+)
+
+TOPICS_FILE = "topics.json"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+PRODUCER_ID_FILE = "producer-id-block"
+#: Kafka's log.flush.offset.checkpoint.interval.ms default.
+CHECKPOINT_INTERVAL_S = 60.0
+#: Kafka's producer.id.expiration.check.interval.ms default.
+PRODUCER_EXPIRATION_CHECK_S = 600.0
+MAX_PARTITIONS = 100_000
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+@attrs.frozen
+class TopicInfo:
+    """A topic as every handler sees it."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: Mapping[str, str] = attrs.field(factory=dict)
+    internal: bool = False
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` durably (write, fsync, rename, fsync the directory)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LogManager:
+    """Every topic and partition log of this broker (see the module docstring for the layout)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = config.data_dir
+        self._topics: dict[str, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._log_configs: dict[str, LogConfig] = {}
+        self._producer_ids: ProducerIdAllocator | None = None
+        self.clean_shutdown = False
+        self._opened = False
+
+    # ------------------------------------------------------------------------- life cycle
+    def open(self) -> None:
+        """Create the data directory, load topics, recover logs after a crash."""
+        started = time.perf_counter()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        self.clean_shutdown = marker.exists()
+        points = self._read_recovery_points()
+        self._topics = self._load_topics()
+        for info in self._topics.values():
+            self._log_configs[info.name] = LogConfig.build(self.config, info.configs)
+            for partition in range(info.num_partitions):
+                self._open_log(info.name, partition, points.get((info.name, partition)))
+        self._remove_strays()
+        self._producer_ids = ProducerIdAllocator(self.data_dir / PRODUCER_ID_FILE)
+        # From here on, a crash must trigger recovery: the marker goes before any write.
+        marker.unlink(missing_ok=True)
+        self._write_recovery_points()
+        self._opened = True
+        emit("log_manager_opened", data_dir=str(self.data_dir), topics=len(self._topics),
+             partitions=len(self._logs), clean_shutdown=self.clean_shutdown,
+             duration_ms=(time.perf_counter() - started) * 1000)
+
+    def _open_log(self, topic: str, partition: int, recovery_point: int | None) -> PartitionLog:
+        log = PartitionLog(topic, partition, self.data_dir / f"{topic}-{partition}",
+                           self._log_configs[topic])
+        log.open(clean=self.clean_shutdown, recovery_point=recovery_point)
+        self._logs[(topic, partition)] = log
+        return log
+
+    def _load_topics(self) -> dict[str, TopicInfo]:
+        path = self.data_dir / TOPICS_FILE
+        topics: dict[str, TopicInfo] = {}
+        if path.exists():
+            payload = json.loads(path.read_text(encoding="utf-8"))
+            for item in payload["topics"]:
+                info = TopicInfo(item["name"], uuid.UUID(item["topic_id"]),
+                                 int(item["num_partitions"]), dict(item.get("configs", {})),
+                                 bool(item.get("internal", False)))
+                topics[info.name] = info
+            return topics
+        # No metadata file (first start, or a data dir from elsewhere): adopt partition dirs.
+        counts: dict[str, int] = {}
+        for entry in self.data_dir.iterdir():
+            topic, sep, number = entry.name.rpartition("-")
+            if entry.is_dir() and sep and number.isdigit() and topic:
+                counts[topic] = max(counts.get(topic, 0), int(number) + 1)
+        for topic, count in counts.items():
+            topics[topic] = TopicInfo(topic, uuid.uuid4(), count, {}, topic in INTERNAL_TOPICS)
+        if topics:
+            self._topics = topics
+            self._save_topics()
+        return topics
+
+    def _remove_strays(self) -> None:
+        """Partition directories of deleted topics (a crash mid-delete) are removed."""
+        for entry in self.data_dir.iterdir():
+            topic, sep, number = entry.name.rpartition("-")
+            if not (entry.is_dir() and sep and number.isdigit()):
+                continue
+            if (topic, int(number)) not in self._logs:
+                shutil.rmtree(entry, ignore_errors=True)
+                emit("stray_partition_removed", directory=str(entry))
+
+    def _save_topics(self) -> None:
+        payload = {"version": 1, "topics": [
+            {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
+             "configs": dict(t.configs), "internal": t.internal}
+            for t in self._topics.values()]}
+        _write_atomic(self.data_dir / TOPICS_FILE, json.dumps(payload, indent=1))
+
+    def _read_recovery_points(self) -> dict[tuple[str, int], int]:
+        points: dict[tuple[str, int], int] = {}
+        try:
+            lines = (self.data_dir / RECOVERY_CHECKPOINT_FILE).read_text("utf-8").splitlines()
+            for line in lines[2:]:
+                topic, partition, offset = line.split()
+                points[(topic, int(partition))] = int(offset)
+        except (OSError, ValueError):
+            return {}
+        return points
+
+    def _write_recovery_points(self) -> None:
+        lines = ["0", str(len(self._logs))]
+        lines += [f"{t} {p} {log.recovery_point}" for (t, p), log in self._logs.items()]
+        _write_atomic(self.data_dir / RECOVERY_CHECKPOINT_FILE, "\n".join(lines) + "\n")
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Background work under the broker's nursery: retention, time-based flush, recovery
+        point checkpoints, producer expiry. Cancelled at shutdown."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._periodic, self.config.log_retention_check_interval_ms / 1000,
+                               self._retention_pass)
+            nursery.start_soon(self._flush_loop)
+            nursery.start_soon(self._periodic, CHECKPOINT_INTERVAL_S, self._checkpoint_pass)
+            nursery.start_soon(self._periodic, PRODUCER_EXPIRATION_CHECK_S, self._expire_pass)
+            task_status.started()
+
+    async def _periodic(self, interval_s: float, job: Any) -> None:
+        while True:
+            await trio.sleep(interval_s)
+            await job()
+
+    async def _retention_pass(self) -> None:
+        now = now_ms()
+        for log in list(self._logs.values()):
+            log.delete_old_segments(now)
+            await trio.lowlevel.checkpoint()
+
+    async def _checkpoint_pass(self) -> None:
+        await trio.to_thread.run_sync(self._write_recovery_points)
+
+    async def _expire_pass(self) -> None:
+        now = now_ms()
+        for log in list(self._logs.values()):
+            log.producer_state.remove_expired(now, self.config.producer_id_expiration_ms)
+
+    async def _flush_loop(self) -> None:
+        """Kafka's flush scheduler: fsync logs whose oldest unflushed data passed flush.ms."""
+        while True:
+            tick_ms = min([self.config.log_flush_scheduler_interval_ms]
+                          + [c.flush_ms for c in self._log_configs.values()])
+            # Huge values (the default: never) would overflow trio.sleep; sleep in long naps.
+            await trio.sleep(min(max(tick_ms, 1) / 1000, 3600.0))
+            now = now_ms()
+            for log in list(self._logs.values()):
+                if log.unflushed_messages and now - log.last_flush_ms >= log.config.flush_ms:
+                    # A failure was reported by the log; the next tick retries.
+                    with contextlib.suppress(StorageError):
+                        await log.flush()
+
+    def close(self) -> None:
+        """Flush everything, save producer state and checkpoints, mark the shutdown clean."""
+        clean = True
+        for log in self._logs.values():
+            try:
+                log.flush_sync()
+                log.write_snapshot()
+            except OSError as exc:
+                clean = False
+                emit("log_flush_failed", topic=log.topic, partition=log.partition, error=str(exc))
+            log.close()
+        if self._opened and clean:
+            self._write_recovery_points()
+            (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
+        self._logs.clear()
+        self._opened = False
+
+    # ----------------------------------------------------------------------------- topics
+    @property
+    def topics(self) -> Mapping[str, TopicInfo]:
+        return self._topics
+
+    def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str] = {},  # noqa: B006
+                     *, validate_only: bool = False, internal: bool = False) -> TopicInfo:
+        """Create a topic and its (empty) partition logs."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+        key = collision_key(name)
+        for other in self._topics:
+            if collision_key(other) == key:
+                raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(
+                "Number of partitions was set to an invalid non-positive value."
+                if num_partitions < 1 else f"Too many partitions: {num_partitions}")
+        overrides = validate_topic_configs(configs)
+        log_config = LogConfig.build(self.config, overrides)
+        info = TopicInfo(name, uuid.uuid4(), num_partitions, overrides,
+                         internal or name in INTERNAL_TOPICS)
+        if validate_only:
+            return info
+        self._topics[name] = info
+        self._log_configs[name] = log_config
+        self._save_topics()
+        for partition in range(num_partitions):
+            self._open_log(name, partition, None)
+        emit("topic_created", topic=name, partitions=num_partitions, internal=info.internal,
+             configs=json.dumps(overrides))
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self._require(name)
+        del self._topics[name]
+        self._save_topics()
+        for partition in range(info.num_partitions):
+            log = self._logs.pop((name, partition), None)
+            if log is not None:
+                log._wake()
+                log.delete_files()
+        self._log_configs.pop(name, None)
+        emit("topic_deleted", topic=name)
+
+    def create_partitions(self, name: str, new_total: int, *,
+                          validate_only: bool = False) -> TopicInfo:
+        info = self._require(name)
+        if new_total < info.num_partitions:
+            raise InvalidPartitions(
+                f"Topic currently has {info.num_partitions} partitions, which is higher than "
+                f"the requested {new_total}.")
+        if new_total == info.num_partitions:
+            raise InvalidPartitions(f"Topic already has {info.num_partitions} partitions.")
+        if new_total > MAX_PARTITIONS:
+            raise InvalidPartitions(f"Too many partitions: {new_total}")
+        updated = attrs.evolve(info, num_partitions=new_total)
+        if validate_only:
+            return updated
+        self._topics[name] = updated
+        self._save_topics()
+        for partition in range(info.num_partitions, new_total):
+            self._open_log(name, partition, None)
+        emit("partitions_created", topic=name, partitions=new_total)
+        return updated
+
+    def describe_topic_config(self, name: str) -> list[ConfigEntry]:
+        return describe_configs(self.config, self._require(name).configs)
+
+    def alter_topic_config(self, name: str, changes: Mapping[str, str | None], *,
+                           incremental: bool, validate_only: bool = False) -> None:
+        info = self._require(name)
+        overrides = dict(info.configs) if incremental else {}
+        for key, value in changes.items():
+            if value is None:
+                overrides.pop(key, None)
+            else:
+                overrides[key] = value
+        overrides = validate_topic_configs(overrides)
+        log_config = LogConfig.build(self.config, overrides)
+        if validate_only:
+            return
+        self._topics[name] = attrs.evolve(info, configs=overrides)
+        self._log_configs[name] = log_config
+        self._save_topics()
+        for partition in range(info.num_partitions):
+            log = self._logs.get((name, partition))
+            if log is not None:
+                log.config = log_config
+        emit("topic_config_changed", topic=name, configs=json.dumps(overrides))
+
+    def _require(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartition(
+                f"This server does not host this topic-partition: {name}")
+        return info
+
+    # ------------------------------------------------------------------------- data path
+    def get_partition(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def _log(self, topic: str, partition: int) -> PartitionLog:
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise UnknownTopicOrPartition(
+                f"This server does not host this topic-partition: {topic}-{partition}")
+        return log
+
+    async def append(self, topic: str, partition: int, records: bytes, *,
+                     producer_check: bool = True) -> AppendResult:
+        """Validate and append a ``records`` blob; flush when the policy says so.
+
+        ``producer_check=False`` is for the broker's own writers (the group coordinator): no
+        idempotence checks, and control batches are allowed.
+        """
+        log = self._log(topic, partition)
+        result = log.append(records, from_client=producer_check, producer_check=producer_check)
+        if log.needs_flush and not result.duplicate:
+            await log.flush()
+        return result
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int, *,
+             min_one_batch: bool = True) -> ReadResult:
+        return self._log(topic, partition).read(offset, max_bytes, min_one_batch=min_one_batch)
+
+    async def wait_for_data(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Return at the next append to any of ``partitions`` (or when one is deleted).
+
+        Callers bound the wait themselves (``trio.move_on_after``), as Fetch's long poll does.
+        """
+        event = trio.Event()
+        logs = [log for key in partitions if (log := self._logs.get(key)) is not None]
+        for log in logs:
+            log.waiters.add(event)
+        try:
+            await event.wait()
+        finally:
+            for log in logs:
+                log.waiters.discard(event)
+
+    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """ListOffsets: ``(offset, timestamp)``; -2 earliest, -1 latest, -3 max timestamp;
+        ``(-1, -1)`` when no record has a timestamp at or after the one asked for."""
+        log = self._log(topic, partition)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return log.log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return log.high_watermark, -1
+        if timestamp == MAX_TIMESTAMP:
+            return log.max_timestamp_offset()
+        if timestamp < 0:
+            raise OffsetOutOfRange(f"Unsupported special timestamp {timestamp}")
+        found = log.offset_for_timestamp(timestamp)
+        return found if found is not None else (-1, -1)
+
+    async def flush(self, topic: str, partition: int) -> None:
+        await self._log(topic, partition).flush()
+
+    def allocate_producer_id(self) -> int:
+        """A never-before-used producer id (InitProducerId)."""
+        if self._producer_ids is None:
+            raise StorageError("the log manager is not open")
+        return self._producer_ids.allocate()
+
+    def all_partitions(self) -> list[PartitionLog]:
+        return list(self._logs.values())

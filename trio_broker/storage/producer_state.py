@@ -1,0 +1,224 @@
+"""Idempotent-producer state of one partition (Kafka's ``ProducerStateManager``), and the
+broker-wide producer id allocator.
+
+Per producer id the partition remembers the epoch and the last five batches written
+(first/last sequence, first/last offset, timestamp): a retried batch that matches one of them is
+a duplicate and is answered with the original offsets; any other batch must continue the
+sequence. Everything needed comes from the batch header, so replaying a log to rebuild the
+state reads headers only.
+
+The state is saved as a snapshot file ``<offset>.snapshot`` (JSON) when a segment rolls and at
+clean shutdown; on open, the newest snapshot at or below the log end is loaded and the batches
+after it are replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from pathlib import Path
+
+import attrs
+
+from ..protocol import records as rb
+from .errors import InvalidProducerEpoch, OutOfOrderSequence
+
+MAX_BATCHES_PER_PRODUCER = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
+@attrs.frozen
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@attrs.define
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = attrs.field(
+        factory=lambda: deque(maxlen=MAX_BATCHES_PER_PRODUCER))
+    last_timestamp: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else rb.NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == rb.INT32_MAX)
+
+
+class ProducerStateManager:
+    """Producer entries of one partition."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerEntry] = {}
+        #: The log offset up to which this state reflects the log.
+        self.map_end_offset = 0
+
+    # ---------------------------------------------------------------------------- checking
+    def find_duplicate(self, header: rb.BatchHeader) -> BatchMetadata | None:
+        entry = self.producers.get(header.producer_id)
+        if entry is None or entry.epoch != header.producer_epoch:
+            return None
+        for meta in entry.batches:
+            if meta.first_seq == header.base_sequence and meta.last_seq == header.last_sequence:
+                return meta
+        return None
+
+    def check(self, header: rb.BatchHeader, pending: dict[int, tuple[int, int]]) -> None:
+        """Raise unless the batch may be appended (Kafka's ``ProducerAppendInfo`` checks).
+
+        ``pending`` holds ``{producer_id: (epoch, last_seq)}`` of earlier batches of the same
+        request, so a request carrying several batches of one producer is checked in order.
+        """
+        current = self.producers.get(header.producer_id)
+        epoch, last_seq = pending.get(header.producer_id, (
+            (current.epoch, current.last_seq) if current is not None
+            else (rb.NO_PRODUCER_EPOCH, rb.NO_SEQUENCE)))
+        if header.producer_epoch < epoch:
+            raise InvalidProducerEpoch(
+                f"Epoch {header.producer_epoch} of producer {header.producer_id} is older than "
+                f"the current epoch {epoch}")
+        if header.producer_epoch != epoch:
+            if header.base_sequence != 0 and epoch != rb.NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequence(
+                    f"Invalid sequence number for new epoch of producer {header.producer_id} "
+                    f"at epoch {header.producer_epoch}: {header.base_sequence} (expected 0)")
+        elif epoch != rb.NO_PRODUCER_EPOCH and not (
+                last_seq == rb.NO_SEQUENCE or _in_sequence(last_seq, header.base_sequence)):
+            raise OutOfOrderSequence(
+                f"Out of order sequence number for producer {header.producer_id} at offset "
+                f"-1: {header.base_sequence} (incoming seq. number), {last_seq} "
+                "(current end sequence number)")
+        pending[header.producer_id] = (header.producer_epoch, header.last_sequence)
+
+    # ---------------------------------------------------------------------------- updating
+    def update(self, header: rb.BatchHeader) -> None:
+        """Record an appended batch (already offset-assigned)."""
+        if header.producer_id < 0:
+            return
+        entry = self.producers.get(header.producer_id)
+        if entry is None or entry.epoch != header.producer_epoch:
+            entry = ProducerEntry(header.producer_id, header.producer_epoch)
+            self.producers[header.producer_id] = entry
+        entry.batches.append(BatchMetadata(
+            header.base_sequence, header.last_sequence, header.base_offset, header.last_offset,
+            header.max_timestamp))
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        self.map_end_offset = header.next_offset
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        expired = [pid for pid, e in self.producers.items()
+                   if now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def on_log_start_advanced(self, log_start: int) -> None:
+        """Forget producers whose every batch was deleted by retention (as Kafka does)."""
+        for pid in [pid for pid, e in self.producers.items() if e.last_offset < log_start]:
+            del self.producers[pid]
+
+    def truncate(self) -> None:
+        self.producers.clear()
+        self.map_end_offset = 0
+
+    # --------------------------------------------------------------------------- snapshots
+    def snapshot_files(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            try:
+                found.append((int(path.name[: -len(SNAPSHOT_SUFFIX)]), path))
+            except ValueError:
+                continue
+        return sorted(found)
+
+    def write_snapshot(self, keep: int = 2) -> None:
+        """Save the state at ``map_end_offset`` and keep only the newest ``keep`` snapshots."""
+        payload = {
+            "version": 1,
+            "offset": self.map_end_offset,
+            "producers": [
+                {"id": e.producer_id, "epoch": e.epoch, "last_timestamp": e.last_timestamp,
+                 "batches": [attrs.astuple(b) for b in e.batches]}
+                for e in self.producers.values()
+            ],
+        }
+        path = self.directory / f"{self.map_end_offset:020d}{SNAPSHOT_SUFFIX}"
+        tmp = path.with_suffix(".snapshot.tmp")
+        tmp.write_text(json.dumps(payload), encoding="utf-8")
+        os.replace(tmp, path)
+        for _, old in self.snapshot_files()[:-keep]:
+            old.unlink(missing_ok=True)
+
+    def load_snapshot(self, max_offset: int, min_offset: int) -> bool:
+        """Load the newest readable snapshot within ``[min_offset, max_offset]``; delete
+        snapshots beyond the log end (they describe data that recovery truncated)."""
+        for offset, path in reversed(self.snapshot_files()):
+            if offset > max_offset:
+                path.unlink(missing_ok=True)
+                continue
+            if offset < min_offset:
+                break
+            try:
+                payload = json.loads(path.read_text(encoding="utf-8"))
+                producers = {}
+                for item in payload["producers"]:
+                    entry = ProducerEntry(int(item["id"]), int(item["epoch"]),
+                                          last_timestamp=int(item["last_timestamp"]))
+                    for batch in item["batches"]:
+                        entry.batches.append(BatchMetadata(*(int(v) for v in batch)))
+                    producers[entry.producer_id] = entry
+            except (OSError, ValueError, KeyError, TypeError):
+                path.unlink(missing_ok=True)
+                continue
+            self.producers = producers
+            self.map_end_offset = offset
+            return True
+        self.producers = {}
+        self.map_end_offset = min_offset
+        return False
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids, persisting the next free block so ids are never reused.
+
+    The file holds the first id of the next unallocated block; a block of ``block_size`` ids
+    is reserved (and the file rewritten, fsynced) before any id of it is handed out.
+    """
+
+    def __init__(self, path: Path, block_size: int = 1000) -> None:
+        self.path = path
+        self.block_size = block_size
+        self._next = 0
+        self._block_end = 0
+        try:
+            self._block_end = self._next = int(path.read_text(encoding="utf-8").strip() or 0)
+        except (OSError, ValueError):
+            self._block_end = self._next = 0
+
+    def allocate(self) -> int:
+        if self._next >= self._block_end:
+            end = self._next + self.block_size
+            tmp = self.path.with_suffix(".tmp")
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(f"{end}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+            self._block_end = end
+        pid = self._next
+        self._next += 1
+        return pid

@@ -1,0 +1,390 @@
+"""One log segment: the ``.log`` file and its sparse ``.index`` and ``.timeindex``, in Kafka's
+formats.
+
+* ``.index``: entries of (offset relative to the segment's base offset i32, file position i32),
+  8 bytes each, big-endian. As in Kafka, an entry names the *last* offset of the batch that
+  starts at that position, and one is written once ``index.interval.bytes`` have been appended
+  since the previous one.
+* ``.timeindex``: entries of (max timestamp so far i64, relative offset i32), 12 bytes, written
+  with the offset index entries whenever the max timestamp grew, plus one when the segment
+  stops being active.
+
+The index files are kept in memory as arrays too (lookups never touch the disk) and appended
+to with plain writes; they are not preallocated or memory-mapped, so a file's length is always
+its entry count times the entry size.
+
+All file work here is synchronous: page-cache writes and reads of a few KiB are cheaper than a
+thread hop. Only ``fsync`` (which waits for the disk) is sent to a thread, by the caller.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import struct
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..protocol import records as rb
+
+INDEX_ENTRY = struct.Struct(">ii")
+TIME_ENTRY = struct.Struct(">qi")
+_PEEK = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")
+_PEEK_SIZE = 27  # through lastOffsetDelta
+_MAX_TS_AT = rb.MAX_TIMESTAMP_OFFSET
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class _Index:
+    """Shared mechanics of the two index files: an append-only file mirrored in memory."""
+
+    entry: struct.Struct
+
+    def __init__(self, path: Path, max_entries: int) -> None:
+        self.path = path
+        self.max_entries = max(max_entries, 1)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _write(self, *values: int) -> None:
+        os.write(self._fd, self.entry.pack(*values))
+
+    def _rewrite(self, payload: bytes) -> None:
+        os.ftruncate(self._fd, 0)
+        if payload:
+            os.write(self._fd, payload)
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class OffsetIndex(_Index):
+    """The sparse offset index of one segment."""
+
+    entry = INDEX_ENTRY
+
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        super().__init__(path, max_entries)
+        self.base_offset = base_offset
+        self.offsets = array("q")  # absolute offsets
+        self.positions = array("q")
+
+    @property
+    def full(self) -> bool:
+        return len(self.offsets) >= self.max_entries
+
+    def append(self, offset: int, position: int) -> None:
+        self._write(offset - self.base_offset, position)
+        self.offsets.append(offset)
+        self.positions.append(position)
+
+    def lookup(self, offset: int) -> int:
+        """File position from which to scan for ``offset`` (the last entry at or below it)."""
+        slot = bisect.bisect_right(self.offsets, offset) - 1
+        return self.positions[slot] if slot >= 0 else 0
+
+    def load(self, log_size: int) -> bool:
+        """Read the file; False (and nothing loaded) if it is not a sane index for the log."""
+        data = self.path.read_bytes()
+        if len(data) % self.entry.size:
+            return False
+        offsets = array("q")
+        positions = array("q")
+        last_offset, last_position = self.base_offset - 1, -1
+        for relative, position in self.entry.iter_unpack(data):
+            offset = self.base_offset + relative
+            if offset <= last_offset or position <= last_position or position >= log_size:
+                return False
+            offsets.append(offset)
+            positions.append(position)
+            last_offset, last_position = offset, position
+        self.offsets, self.positions = offsets, positions
+        return True
+
+    def reset(self) -> None:
+        self._rewrite(b"")
+        self.offsets = array("q")
+        self.positions = array("q")
+
+
+class TimeIndex(_Index):
+    """The sparse time index of one segment."""
+
+    entry = TIME_ENTRY
+
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        super().__init__(path, max_entries)
+        self.base_offset = base_offset
+        self.timestamps = array("q")
+        self.offsets = array("q")
+
+    @property
+    def full(self) -> bool:
+        return len(self.timestamps) >= self.max_entries
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        if self.timestamps and timestamp <= self.timestamps[-1]:
+            return
+        self._write(timestamp, offset - self.base_offset)
+        self.timestamps.append(timestamp)
+        self.offsets.append(offset)
+
+    def lookup(self, timestamp: int) -> int:
+        """An offset from which to scan for the first record at or after ``timestamp``."""
+        slot = bisect.bisect_left(self.timestamps, timestamp) - 1
+        return self.offsets[slot] if slot >= 0 else self.base_offset
+
+    def load(self, next_offset: int) -> bool:
+        data = self.path.read_bytes()
+        if len(data) % self.entry.size:
+            return False
+        timestamps = array("q")
+        offsets = array("q")
+        for timestamp, relative in self.entry.iter_unpack(data):
+            offset = self.base_offset + relative
+            if (timestamps and timestamp <= timestamps[-1]) or not (
+                    self.base_offset <= offset < next_offset):
+                return False
+            timestamps.append(timestamp)
+            offsets.append(offset)
+        self.timestamps, self.offsets = timestamps, offsets
+        return True
+
+    def reset(self) -> None:
+        self._rewrite(b"")
+        self.timestamps = array("q")
+        self.offsets = array("q")
+
+
+class Segment:
+    """A ``.log`` file with its indexes. Mutable; owned by one :class:`PartitionLog`."""
+
+    def __init__(self, directory: Path, base_offset: int, *, index_max_bytes: int,
+                 index_interval_bytes: int, created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        name = segment_name(base_offset)
+        self.log_path = directory / f"{name}.log"
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        # A missing index file must be rebuilt (opening creates an empty one).
+        self.indexes_existed = (directory / f"{name}.index").exists() and (
+            directory / f"{name}.timeindex").exists()
+        self.offset_index = OffsetIndex(directory / f"{name}.index", base_offset,
+                                        index_max_bytes // INDEX_ENTRY.size)
+        self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset,
+                                    index_max_bytes // TIME_ENTRY.size)
+        #: Offset after the last batch (for the active segment: the log end offset).
+        self.next_offset = base_offset
+        self.max_timestamp = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self.created_ms = created_ms
+        #: Kafka's rollingBasedTimestamp: the first batch's max timestamp (-1: none yet).
+        self.roll_base_ms = -1
+        self.bytes_since_index = 0
+
+    # ------------------------------------------------------------------------------- append
+    def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
+        """Write already-offset-assigned batches; ``batches`` are their positions in ``data``."""
+        start = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.write(self.fd, view[written:])
+        if self.size == 0 and batches:
+            self.roll_base_ms = batches[0][1].max_timestamp
+        for position, header in batches:
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            if self.bytes_since_index > self.index_interval_bytes:
+                self.offset_index.append(header.last_offset, start + position)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.bytes_since_index = 0
+            self.bytes_since_index += header.size
+        self.size = start + len(view)
+        self.next_offset = batches[-1][1].next_offset
+
+    def on_inactive(self) -> None:
+        """The segment was rolled: record its final max timestamp in the time index."""
+        if self.max_timestamp >= 0 and (not self.time_index.timestamps
+                                        or self.time_index.timestamps[-1] < self.max_timestamp):
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def time_waited_for_roll(self, now: int, incoming_max_timestamp: int) -> int:
+        """Kafka's rule: with a first-batch timestamp, compare the incoming batch's timestamp
+        to it (so replayed old data rolls by its own clock); otherwise wall time since creation."""
+        if self.roll_base_ms > 0:
+            return incoming_max_timestamp - self.roll_base_ms
+        return now - self.created_ms
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.offset_index.full or self.time_index.full
+
+    # --------------------------------------------------------------------------------- read
+    def pread(self, size: int, position: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def peek(self, position: int) -> tuple[int, int, int]:
+        """``(base_offset, size, next_offset)`` of the batch at ``position``."""
+        head = os.pread(self.fd, _PEEK_SIZE, position)
+        if len(head) < _PEEK_SIZE:
+            raise EOFError(position)
+        base, length = _PEEK.unpack_from(head, 0)
+        (delta,) = _LAST_DELTA.unpack_from(head, 23)
+        return base, length + rb.LOG_OVERHEAD, base + delta + 1
+
+    def find_position(self, offset: int) -> int | None:
+        """Position of the first batch whose last offset is at or after ``offset``."""
+        position = self.offset_index.lookup(offset)
+        while position < self.size:
+            _, size, next_offset = self.peek(position)
+            if next_offset > offset:
+                return position
+            position += size
+        return None
+
+    def read(self, position: int, max_bytes: int, min_one_batch: bool) -> bytes:
+        """Whole batches from ``position``, at most ``max_bytes`` unless ``min_one_batch`` and
+        the first batch alone is larger."""
+        available = self.size - position
+        if available <= 0:
+            return b""
+        data = os.pread(self.fd, min(max_bytes, available), position)
+        end = 0
+        for batch_position, size in rb.iter_batches(data):
+            end = batch_position + size
+        if end == 0:
+            if not min_one_batch:
+                return b""
+            _, size, _ = self.peek(position)
+            return os.pread(self.fd, size, position)
+        return data[:end] if end < len(data) else data
+
+    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, rb.BatchHeader]]:
+        """Every batch header from ``position`` (a cold path: recovery and replay)."""
+        while position + rb.HEADER_SIZE <= self.size:
+            header = rb.decode_header(os.pread(self.fd, rb.HEADER_SIZE, position))
+            yield position, header
+            position += header.size
+
+    # ----------------------------------------------------------------------------- recovery
+    def load_indexes(self, next_offset: int) -> bool:
+        """Load both indexes written for a cleanly closed segment; False if either is unusable.
+        ``next_offset`` bounds the offsets they may name."""
+        if not self.indexes_existed:
+            return False
+        return self.offset_index.load(self.size) and self.time_index.load(next_offset)
+
+    def scan_tail(self) -> None:
+        """For a trusted segment: find the end state by reading headers after the last entry."""
+        if self.size >= rb.HEADER_SIZE:
+            first = rb.decode_header(self.pread(rb.HEADER_SIZE, 0))
+            self.roll_base_ms = first.max_timestamp
+        if self.time_index.timestamps:
+            self.max_timestamp = self.time_index.timestamps[-1]
+            self.offset_of_max_timestamp = self.time_index.offsets[-1]
+        position = self.offset_index.positions[-1] if self.offset_index.positions else 0
+        for _, header in self.iter_headers(position):
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            self.next_offset = header.next_offset
+
+    def recover(self, expected_base: int) -> tuple[int, str | None]:
+        """Validate every batch (CRC included), rebuild both indexes and truncate whatever follows
+        the last valid batch. Returns ``(bytes_truncated, reason or None)``."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.bytes_since_index = 0
+        self.next_offset = self.base_offset
+        valid = 0
+        reason: str | None = None
+        expected = expected_base
+        file_size = self.size
+        while valid < file_size and reason is None:
+            chunk = os.pread(self.fd, max(_SCAN_CHUNK, rb.HEADER_SIZE), valid)
+            if len(chunk) < rb.LOG_OVERHEAD:
+                reason = "torn batch header"
+                break
+            _, length = _PEEK.unpack_from(chunk, 0)
+            if length < rb.MIN_BATCH_LENGTH or valid + length + rb.LOG_OVERHEAD > file_size:
+                reason = "torn or undersized batch"
+                break
+            if length + rb.LOG_OVERHEAD > len(chunk):
+                chunk = os.pread(self.fd, length + rb.LOG_OVERHEAD, valid)
+            consumed = 0
+            for position, size in rb.iter_batches(chunk):
+                batch = memoryview(chunk)[position:position + size]
+                try:
+                    header = rb.validate_batch(batch, from_client=False)
+                except rb.RecordBatchError as exc:
+                    reason = exc.message
+                    break
+                if header.base_offset < expected:
+                    reason = f"offset {header.base_offset} goes backwards (expected {expected})"
+                    break
+                self._index_recovered(valid + position, header)
+                expected = header.next_offset
+                consumed = position + size
+            if consumed == 0 and reason is None:
+                reason = "torn batch"
+            valid += consumed
+        truncated = file_size - valid
+        if truncated:
+            os.ftruncate(self.fd, valid)
+            self.size = valid
+        return truncated, reason
+
+    def _index_recovered(self, position: int, header: rb.BatchHeader) -> None:
+        if position == 0:
+            self.roll_base_ms = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self.bytes_since_index > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_index = 0
+        self.bytes_since_index += header.size
+        self.next_offset = header.next_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (which must be a batch boundary)."""
+        position = self.find_position(offset)
+        if position is None:
+            return
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.recover(self.base_offset)
+
+    # ------------------------------------------------------------------------------- files
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def close(self) -> None:
+        for close in (self.offset_index.close, self.time_index.close):
+            with contextlib.suppress(OSError):
+                close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
