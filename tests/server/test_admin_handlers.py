@@ -6,8 +6,11 @@ is encoded and decoded again, so the wire format of every version is exercised t
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +250,329 @@ async def test_broker_configs_cannot_be_altered(config: BrokerConfig) -> None:
     ), validate_only=True)
     answer = await call(broker, ALTER_CONFIGS, 2, body)
     assert answer.responses[0].error_code == ErrorCode.invalid_request
+
+
+# ------------------------------------------------------------ with storage (real LogManager)
+@pytest.fixture
+def storage_broker(config: BrokerConfig) -> Iterator[Broker]:
+    from trio_broker.storage.manager import LogManager
+
+    lm = LogManager(config)
+    lm.open()
+    try:
+        yield make_broker(config, lm)
+    finally:
+        lm.close()
+
+
+def create_request(version: int, topics: list[tuple[str, int, int]], *,
+                   configs: dict[str, str | None] | None = None,
+                   assignments: dict[int, list[int]] | None = None,
+                   validate_only: bool = False) -> Any:
+    module = req_module(CREATE_TOPICS, version)
+    return module.CreateTopicsRequest(
+        topics=tuple(
+            module.CreatableTopic(
+                name=name, num_partitions=partitions, replication_factor=factor,
+                assignments=tuple(
+                    module.CreatableReplicaAssignment(partition_index=p, broker_ids=tuple(b))
+                    for p, b in (assignments or {}).items()),
+                configs=tuple(module.CreatableTopicConfig(name=k, value=v)
+                              for k, v in (configs or {}).items()))
+            for name, partitions, factor in topics),
+        timeout=datetime.timedelta(seconds=5), validate_only=validate_only)
+
+
+async def create(broker: Broker, name: str, partitions: int = 1, version: int = 7,
+                 **kw: Any) -> Any:
+    answer = await call(broker, CREATE_TOPICS, version,
+                        create_request(version, [(name, partitions, -1)], **kw))
+    (result,) = answer.topics
+    return result
+
+
+@pytest.mark.parametrize("version", range(2, 8))
+async def test_create_topics_then_metadata(storage_broker: Broker, version: int) -> None:
+    result = await create(storage_broker, "orders", 3, version=version,
+                          configs={"retention.ms": "1000"})
+    assert result.error_code == ErrorCode.none, result.error_message
+    if version >= 5:
+        assert result.num_partitions == 3
+        assert result.replication_factor == 1
+        configs = {c.name: c for c in result.configs}
+        assert configs["retention.ms"].value == "1000"
+        assert configs["retention.ms"].config_source == 1  # TOPIC_CONFIG
+    if version >= 7:
+        assert result.topic_id == storage_broker.log_manager.topics["orders"].topic_id
+    answer = await call(storage_broker, METADATA, 12, metadata_request(12, ["orders"]))
+    (topic,) = answer.topics
+    assert topic.error_code == ErrorCode.none
+    assert topic.topic_id == storage_broker.log_manager.topics["orders"].topic_id
+    assert [(p.partition_index, p.leader_id, p.replica_nodes, p.isr_nodes, p.leader_epoch)
+            for p in topic.partitions] == [(i, 7, (7,), (7,), 0) for i in range(3)]
+
+
+async def test_create_topics_errors(storage_broker: Broker) -> None:
+    assert (await create(storage_broker, "dup")).error_code == ErrorCode.none
+    assert (await create(storage_broker, "dup")).error_code == ErrorCode.topic_already_exists
+    assert (await create(storage_broker, "bad/name")).error_code == \
+        ErrorCode.invalid_topic_exception
+    assert (await create(storage_broker, "zero", 0)).error_code == ErrorCode.invalid_partitions
+    assert (await create(storage_broker, "cfg", configs={"no.such": "1"})).error_code == \
+        ErrorCode.invalid_config
+    assert (await create(storage_broker, "cfg", configs={"retention.ms": "soon"})).error_code \
+        == ErrorCode.invalid_config
+    answer = await call(storage_broker, CREATE_TOPICS, 7,
+                        create_request(7, [("rf3", 1, 3), ("rf0", 1, 0), ("rf1", 2, 1)]))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("rf3", ErrorCode.invalid_replication_factor),
+        ("rf0", ErrorCode.invalid_replication_factor),
+        ("rf1", ErrorCode.none)]
+    # The same name twice in one request: one INVALID_REQUEST answer, nothing created.
+    answer = await call(storage_broker, CREATE_TOPICS, 7,
+                        create_request(7, [("twice", 1, -1), ("twice", 2, -1)]))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("twice", ErrorCode.invalid_request)]
+    # '.' and '_' collide (their metric names would be the same).
+    assert (await create(storage_broker, "a.b")).error_code == ErrorCode.none
+    assert (await create(storage_broker, "a_b")).error_code == ErrorCode.invalid_topic_exception
+    assert set(storage_broker.log_manager.topics) == {"dup", "rf1", "a.b"}
+
+
+async def test_create_topics_defaults_and_assignments(storage_broker: Broker) -> None:
+    result = await create(storage_broker, "default", -1)
+    assert result.error_code == ErrorCode.none
+    assert result.num_partitions == storage_broker.config.num_partitions
+    answer = await call(storage_broker, CREATE_TOPICS, 7, create_request(
+        7, [("assigned", -1, -1)], assignments={0: [7], 1: [7]}))
+    assert answer.topics[0].error_code == ErrorCode.none
+    assert storage_broker.log_manager.topics["assigned"].num_partitions == 2
+    answer = await call(storage_broker, CREATE_TOPICS, 7, create_request(
+        7, [("foreign", -1, -1)], assignments={0: [8]}))
+    assert answer.topics[0].error_code == ErrorCode.invalid_replica_assignment
+    answer = await call(storage_broker, CREATE_TOPICS, 7, create_request(
+        7, [("both", 2, -1)], assignments={0: [7]}))
+    assert answer.topics[0].error_code == ErrorCode.invalid_request
+    assert "foreign" not in storage_broker.log_manager.topics
+
+
+async def test_create_topics_validate_only(storage_broker: Broker) -> None:
+    result = await create(storage_broker, "dry", 2, validate_only=True)
+    assert result.error_code == ErrorCode.none
+    assert "dry" not in storage_broker.log_manager.topics
+    assert (await create(storage_broker, "dry", 0, validate_only=True)).error_code == \
+        ErrorCode.invalid_partitions
+
+
+@pytest.mark.parametrize("version", [0, 4, 9, 12])
+async def test_metadata_auto_creates(storage_broker: Broker, version: int) -> None:
+    answer = await call(storage_broker, METADATA, version, metadata_request(version, ["auto"]))
+    (topic,) = answer.topics
+    assert topic.error_code == ErrorCode.none
+    assert len(topic.partitions) == storage_broker.config.num_partitions
+    assert "auto" in storage_broker.log_manager.topics
+
+
+async def test_metadata_auto_create_refused(tmp_path: Path) -> None:
+    from trio_broker.storage.manager import LogManager
+
+    config = load_config({"log.dirs": str(tmp_path), "auto.create.topics.enable": "false"})
+    lm = LogManager(config)
+    lm.open()
+    try:
+        broker = make_broker(config, lm)
+        answer = await call(broker, METADATA, 12, metadata_request(12, ["nope", "in valid"]))
+        assert [(t.name, t.error_code) for t in answer.topics] == [
+            ("nope", ErrorCode.unknown_topic_or_partition),
+            ("in valid", ErrorCode.invalid_topic_exception)]
+        # The client may forbid it too, even when the broker allows it.
+    finally:
+        lm.close()
+    config = load_config({"log.dirs": str(tmp_path)})
+    lm = LogManager(config)
+    lm.open()
+    try:
+        broker = make_broker(config, lm)
+        answer = await call(broker, METADATA, 9,
+                            metadata_request(9, ["nope"], allow_create=False))
+        assert answer.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+        assert "nope" not in lm.topics
+    finally:
+        lm.close()
+
+
+async def test_metadata_all_topics_and_by_id(storage_broker: Broker) -> None:
+    await create(storage_broker, "b", 2)
+    await create(storage_broker, "a", 1)
+    storage_broker.log_manager.create_topic("__consumer_offsets", 2, internal=True)
+    answer = await call(storage_broker, METADATA, 12, metadata_request(12, None))
+    assert [(t.name, t.is_internal, len(t.partitions)) for t in answer.topics] == [
+        ("__consumer_offsets", True, 2), ("a", False, 1), ("b", False, 2)]
+    # v1-v3: an empty list means no topics (v0: all topics).
+    answer = await call(storage_broker, METADATA, 1, req_module(METADATA, 1).MetadataRequest(
+        topics=()))
+    assert answer.topics == ()
+    answer = await call(storage_broker, METADATA, 0, metadata_request(0, None))
+    assert len(answer.topics) == 3
+    # v12 lookups by topic id.
+    module = req_module(METADATA, 12)
+    topic_id = storage_broker.log_manager.topics["b"].topic_id
+    unknown = uuid.uuid4()
+    answer = await call(storage_broker, METADATA, 12, module.MetadataRequest(
+        topics=(module.MetadataRequestTopic(topic_id=topic_id, name=None),
+                module.MetadataRequestTopic(topic_id=unknown, name=None)),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=True))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("b", ErrorCode.none), (None, ErrorCode.unknown_topic_id)]
+    assert answer.topics[0].topic_authorized_operations & (1 << 3)  # READ
+
+
+@pytest.mark.parametrize("version", [1, 5, 6])
+async def test_delete_topics(storage_broker: Broker, config: BrokerConfig, version: int) -> None:
+    await create(storage_broker, "gone", 2)
+    await create(storage_broker, "kept", 1)
+    directories = sorted(p.name for p in config.data_dir.iterdir() if p.is_dir())
+    assert "gone-0" in directories and "gone-1" in directories
+    module = req_module(DELETE_TOPICS, version)
+    if version >= 6:
+        body = module.DeleteTopicsRequest(topics=(
+            module.DeleteTopicState(name="gone", topic_id=None),
+            module.DeleteTopicState(name="missing", topic_id=None),
+            module.DeleteTopicState(name=None, topic_id=uuid.uuid4()),
+        ), timeout=datetime.timedelta(seconds=5))
+    else:
+        body = module.DeleteTopicsRequest(topic_names=("gone", "missing"),
+                                          timeout=datetime.timedelta(seconds=5))
+    answer = await call(storage_broker, DELETE_TOPICS, version, body)
+    codes = [r.error_code for r in answer.responses]
+    expected = [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    if version >= 6:
+        expected.append(ErrorCode.unknown_topic_id)
+    assert codes == expected
+    assert set(storage_broker.log_manager.topics) == {"kept"}
+    assert not any(p.name.startswith("gone-") for p in config.data_dir.iterdir())
+
+
+async def test_delete_topic_by_id(storage_broker: Broker) -> None:
+    await create(storage_broker, "by-id")
+    topic_id = storage_broker.log_manager.topics["by-id"].topic_id
+    module = req_module(DELETE_TOPICS, 6)
+    answer = await call(storage_broker, DELETE_TOPICS, 6, module.DeleteTopicsRequest(
+        topics=(module.DeleteTopicState(name=None, topic_id=topic_id),),
+        timeout=datetime.timedelta(seconds=5)))
+    assert [(r.name, r.topic_id, r.error_code) for r in answer.responses] == [
+        ("by-id", topic_id, ErrorCode.none)]
+    assert "by-id" not in storage_broker.log_manager.topics
+
+
+async def test_delete_topics_disabled(tmp_path: Path) -> None:
+    from trio_broker.storage.manager import LogManager
+
+    config = load_config({"log.dirs": str(tmp_path), "delete.topic.enable": "false"})
+    lm = LogManager(config)
+    lm.open()
+    try:
+        broker = make_broker(config, lm)
+        lm.create_topic("stays", 1)
+        module = req_module(DELETE_TOPICS, 4)
+        answer = await call(broker, DELETE_TOPICS, 4, module.DeleteTopicsRequest(
+            topic_names=("stays",), timeout=datetime.timedelta(seconds=5)))
+        assert answer.responses[0].error_code == ErrorCode.topic_deletion_disabled
+        assert "stays" in lm.topics
+    finally:
+        lm.close()
+
+
+@pytest.mark.parametrize("version", [0, 3])
+async def test_create_partitions(storage_broker: Broker, version: int) -> None:
+    await create(storage_broker, "grow", 2)
+    module = req_module(CREATE_PARTITIONS, version)
+
+    def topic(name: str, count: int, assignments: list[list[int]] | None = None) -> Any:
+        return module.CreatePartitionsTopic(
+            name=name, count=count,
+            assignments=None if assignments is None else tuple(
+                module.CreatePartitionsAssignment(broker_ids=tuple(a)) for a in assignments))
+
+    body = module.CreatePartitionsRequest(
+        topics=(topic("grow", 4), topic("missing", 3)), timeout=datetime.timedelta(seconds=5),
+        validate_only=False)
+    answer = await call(storage_broker, CREATE_PARTITIONS, version, body)
+    assert [r.error_code for r in answer.results] == [ErrorCode.none,
+                                                       ErrorCode.unknown_topic_or_partition]
+    assert storage_broker.log_manager.topics["grow"].num_partitions == 4
+    for count, assignments, code in [
+        (4, None, ErrorCode.invalid_partitions),
+        (3, None, ErrorCode.invalid_partitions),
+        (6, [[7]], ErrorCode.invalid_replica_assignment),
+        (5, [[8]], ErrorCode.invalid_replica_assignment),
+        (5, [[7]], ErrorCode.none),
+    ]:
+        body = module.CreatePartitionsRequest(
+            topics=(topic("grow", count, assignments),), timeout=datetime.timedelta(seconds=5),
+            validate_only=False)
+        answer = await call(storage_broker, CREATE_PARTITIONS, version, body)
+        assert answer.results[0].error_code == code, (count, assignments)
+    assert storage_broker.log_manager.topics["grow"].num_partitions == 5
+    body = module.CreatePartitionsRequest(topics=(topic("grow", 9),),
+                                          timeout=datetime.timedelta(seconds=5),
+                                          validate_only=True)
+    answer = await call(storage_broker, CREATE_PARTITIONS, version, body)
+    assert answer.results[0].error_code == ErrorCode.none
+    assert storage_broker.log_manager.topics["grow"].num_partitions == 5
+
+
+async def test_describe_and_alter_topic_configs(storage_broker: Broker) -> None:
+    await create(storage_broker, "conf", configs={"retention.ms": "5000"})
+    answer = await call(storage_broker, DESCRIBE_CONFIGS, 4, describe_request(
+        4, [(TOPIC, "conf", None), (TOPIC, "missing", None)]))
+    ok, missing = answer.results
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    entries = {c.name: c for c in ok.configs}
+    assert (entries["retention.ms"].value, entries["retention.ms"].config_source) == ("5000", 1)
+    assert entries["segment.bytes"].config_source == 5  # DEFAULT_CONFIG
+    assert entries["segment.bytes"].config_type == 3  # INT
+    assert entries["cleanup.policy"].value == "delete"
+
+    # AlterConfigs replaces every override.
+    module = req_module(ALTER_CONFIGS, 2)
+    answer = await call(storage_broker, ALTER_CONFIGS, 2, module.AlterConfigsRequest(
+        resources=(module.AlterConfigsResource(resource_type=TOPIC, resource_name="conf",
+                                               configs=(module.AlterableConfig(
+                                                   name="segment.bytes", value="100000"),)),),
+        validate_only=False))
+    assert answer.responses[0].error_code == ErrorCode.none
+    assert dict(storage_broker.log_manager.topics["conf"].configs) == {"segment.bytes": "100000"}
+
+    # IncrementalAlterConfigs: SET, DELETE, APPEND on a list key; bad ones refused.
+    module = req_module(INCREMENTAL_ALTER_CONFIGS, 1)
+
+    def incremental(*ops: tuple[str, int, str | None], validate_only: bool = False) -> Any:
+        return module.IncrementalAlterConfigsRequest(resources=(module.AlterConfigsResource(
+            resource_type=TOPIC, resource_name="conf", configs=tuple(
+                module.AlterableConfig(name=n, config_operation=o, value=v) for n, o, v in ops)),
+        ), validate_only=validate_only)
+
+    answer = await call(storage_broker, INCREMENTAL_ALTER_CONFIGS, 1, incremental(
+        ("retention.ms", 0, "7000"), ("segment.bytes", 1, None),
+        ("cleanup.policy", 2, "compact")))
+    assert answer.responses[0].error_code == ErrorCode.none, answer.responses[0].error_message
+    assert dict(storage_broker.log_manager.topics["conf"].configs) == {
+        "retention.ms": "7000", "cleanup.policy": "delete,compact"}
+    answer = await call(storage_broker, INCREMENTAL_ALTER_CONFIGS, 1, incremental(
+        ("cleanup.policy", 3, "compact")))
+    assert answer.responses[0].error_code == ErrorCode.none
+    assert storage_broker.log_manager.topics["conf"].configs["cleanup.policy"] == "delete"
+    for ops, code in [
+        ((("retention.ms", 2, "1"),), ErrorCode.invalid_config),  # APPEND on a non-list key
+        ((("retention.ms", 0, "x"),), ErrorCode.invalid_config),
+        ((("no.such.key", 0, "1"),), ErrorCode.invalid_config),
+        ((("retention.ms", 0, "1"), ("retention.ms", 1, None)), ErrorCode.invalid_request),
+        ((("retention.ms", 9, "1"),), ErrorCode.invalid_request),
+    ]:
+        answer = await call(storage_broker, INCREMENTAL_ALTER_CONFIGS, 1, incremental(*ops))
+        assert answer.responses[0].error_code == code, ops
+    answer = await call(storage_broker, INCREMENTAL_ALTER_CONFIGS, 1, incremental(
+        ("retention.ms", 0, "1"), validate_only=True))
+    assert answer.responses[0].error_code == ErrorCode.none
+    assert storage_broker.log_manager.topics["conf"].configs["retention.ms"] == "7000"
