@@ -97,6 +97,7 @@ class BrokerApp:
         self.broker: Broker | None = None
         self.socket_server = SocketServer(config, self.metrics, supported_versions())
         self.listeners: list[BoundListener] = []
+        self.metrics_port: int | None = None
         self._shutdown_requested = trio.Event()
         self._stopped = trio.Event()
         self._started_at = time.monotonic()
@@ -153,8 +154,8 @@ class BrokerApp:
                 self.listeners = await root.start(server.serve)
                 broker.advertised.update(advertised_endpoints(config, self.listeners))
                 if config.metrics_prometheus_listener:
-                    await root.start(serve_metrics, config.metrics_prometheus_listener,
-                                     self.metrics)
+                    self.metrics_port = await root.start(
+                        serve_metrics, config.metrics_prometheus_listener, self.metrics)
                 if config.logging_metrics_snapshot_interval_ms > 0:
                     root.start_soon(self._snapshot_metrics)
                 emit("broker_ready",

@@ -1,0 +1,85 @@
+"""A minimal raw Kafka-protocol client for network-layer tests (Trio streams, kio bodies).
+
+Real clients (confluent-kafka, kafka-python, aiokafka, kcat) drive the end-to-end tests; this one
+exists to send what real clients never send: pipelined bursts, bad frames, exact byte sequences.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import trio
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from trio_broker.protocol.codec import decode_response, encode_request
+
+
+class WireClient:
+    """Sends framed requests and reads framed responses on one connection."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+        self._next_correlation = 1
+        self._sent: dict[int, tuple[int, int]] = {}
+
+    @classmethod
+    async def connect(cls, port: int, host: str = "127.0.0.1") -> WireClient:
+        return cls(await trio.open_tcp_stream(host, port))
+
+    def encode(self, api_key: int, version: int, body: Any, client_id: str = "wire-test") -> bytes:
+        correlation = self._next_correlation
+        self._next_correlation += 1
+        self._sent[correlation] = (api_key, version)
+        return encode_request(api_key, version, correlation, client_id, body)
+
+    async def send(self, api_key: int, version: int, body: Any) -> int:
+        frame = self.encode(api_key, version, body)
+        await self.stream.send_all(frame)
+        return self._next_correlation - 1
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def receive_frame(self) -> bytes | None:
+        """The next response payload, or None at end of stream."""
+        while True:
+            if len(self._buffer) >= 4:
+                (size,) = struct.unpack_from(">i", self._buffer, 0)
+                if len(self._buffer) >= 4 + size:
+                    payload = bytes(self._buffer[4:4 + size])
+                    del self._buffer[:4 + size]
+                    return payload
+            try:
+                data = await self.stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                return None
+            if not data:
+                return None
+            self._buffer += data
+
+    async def receive(self) -> tuple[int, Any]:
+        """``(correlation_id, body)`` of the next response."""
+        payload = await self.receive_frame()
+        assert payload is not None, "connection closed by the broker"
+        (correlation,) = struct.unpack_from(">i", payload, 0)
+        api_key, version = self._sent.pop(correlation)
+        return decode_response(api_key, version, payload)
+
+    async def request(self, api_key: int, version: int, body: Any) -> Any:
+        await self.send(api_key, version, body)
+        return (await self.receive())[1]
+
+    async def closed_by_peer(self) -> bool:
+        """True when the broker closes the connection (EOF or reset) rather than answering."""
+        return await self.receive_frame() is None
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+API_VERSIONS_V3 = ApiVersionsRequest(client_software_name="wire-test", client_software_version="1.0")
+METADATA_ALL_V12 = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                   include_topic_authorized_operations=False)

@@ -1,0 +1,482 @@
+"""The SocketServer over real loopback sockets: the applicable scenarios of Kafka's
+SocketServerTest (names in the docstrings), with the autojump clock where time matters."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
+
+from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
+from trio_broker.protocol.codec import encode_request
+from trio_broker.server import registry
+
+API_VERSIONS, METADATA = 18, 3
+
+
+async def test_simple_request(broker: Any) -> None:
+    """simpleRequest: a request is answered, with the correlation id it carried."""
+    client = await WireClient.connect(broker.port)
+    correlation = await client.send(METADATA, 12, METADATA_ALL_V12)
+    got, body = await client.receive()
+    assert got == correlation
+    assert [b.port for b in body.brokers] == [broker.port]
+    assert body.cluster_id == broker.broker.cluster_id
+
+
+async def test_api_versions_advertises_exactly_the_registered_handlers(broker: Any) -> None:
+    client = await WireClient.connect(broker.port)
+    body = await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert body.error_code == ErrorCode.none
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+    assert advertised == registry.supported_versions()
+
+
+async def test_client_information_with_latest_api_versions(broker: Any, log_events: Any) -> None:
+    """testClientInformationWithLatestApiVersionsRequest: name and version are registered."""
+    client = await WireClient.connect(broker.port)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await client.request(METADATA, 12, METADATA_ALL_V12)
+    requests = await log_events.wait_for("request", api="Metadata")
+    assert requests[-1]["client_software_name"] == "wire-test"
+    assert requests[-1]["client_software_version"] == "1.0"
+    assert log_events.events("client_registered", client_software_name="wire-test")
+
+
+async def test_client_information_with_oldest_api_versions(broker: Any, log_events: Any) -> None:
+    """testClientInformationWithOldestApiVersionsRequest: v0 carries no name: unknown."""
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+    client = await WireClient.connect(broker.port)
+    body = await client.request(API_VERSIONS, 0, ApiVersionsRequest())
+    assert body.error_code == ErrorCode.none
+    requests = await log_events.wait_for("request", api="ApiVersions")
+    assert requests[-1]["client_software_name"] == "unknown"
+
+
+async def test_invalid_client_software_name_gets_invalid_request(broker: Any) -> None:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    client = await WireClient.connect(broker.port)
+    body = await client.request(API_VERSIONS, 3, ApiVersionsRequest(
+        client_software_name="bad name!", client_software_version="1"))
+    assert body.error_code == ErrorCode.invalid_request
+
+
+async def test_unsupported_api_versions_version_is_answered_as_v0(broker: Any) -> None:
+    """An ApiVersions version we do not know is answered (v0, UNSUPPORTED_VERSION) so clients
+    can downgrade; the header is v0 and the body parses as ApiVersions v0."""
+    client = await WireClient.connect(broker.port)
+    header = struct.pack(">hhi", API_VERSIONS, 99, 42) + struct.pack(">h", 1) + b"x"
+    await client.send_raw(struct.pack(">i", len(header) + 3) + header + b"\x00\x00\x00")
+    payload = await client.receive_frame()
+    assert payload is not None
+    from trio_broker.protocol.codec import decode_response
+
+    correlation, body = decode_response(API_VERSIONS, 0, payload)
+    assert correlation == 42
+    assert body.error_code == ErrorCode.unsupported_version
+    assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [
+        (API_VERSIONS, *registry.supported_versions()[API_VERSIONS])]
+
+
+async def test_too_big_request_is_rejected(start_broker: Any, log_events: Any) -> None:
+    """tooBigRequestIsRejected: a size above socket.request.max.bytes closes the connection."""
+    running = await start_broker({"socket.request.max.bytes": "1000"})
+    client = await WireClient.connect(running.port)
+    await client.send_raw(struct.pack(">i", 1001) + b"\x00" * 100)
+    assert await client.closed_by_peer()
+    assert log_events.events("invalid_request", reason="invalid_size", size=1001)
+    await log_events.wait_for("connection_closed", reason="invalid_frame")
+
+
+async def test_negative_size_is_rejected(broker: Any, log_events: Any) -> None:
+    client = await WireClient.connect(broker.port)
+    await client.send_raw(struct.pack(">i", -5))
+    assert await client.closed_by_peer()
+    assert log_events.events("invalid_request", reason="invalid_size", size=-5)
+
+
+@pytest.mark.parametrize(("api_key", "version", "reason"), [
+    (52, 0, "unsupported_api"),      # testDisabledRequestIsRejected: Vote is not served
+    (999, 0, "unknown_api_key"),
+    (METADATA, 99, "unsupported_version"),
+])
+async def test_disabled_or_unknown_request_is_rejected(broker: Any, log_events: Any,
+                                                       api_key: int, version: int,
+                                                       reason: str) -> None:
+    client = await WireClient.connect(broker.port)
+    header = struct.pack(">hhi", api_key, version, 7) + struct.pack(">h", -1)
+    await client.send_raw(struct.pack(">i", len(header)) + header)
+    assert await client.closed_by_peer()
+    assert log_events.events("invalid_request", reason=reason, api_key=api_key)
+
+
+async def test_unparseable_body_closes_the_connection(broker: Any, log_events: Any) -> None:
+    client = await WireClient.connect(broker.port)
+    frame = encode_request(METADATA, 12, 1, "c", METADATA_ALL_V12)
+    truncated = frame[4:-2]
+    await client.send_raw(struct.pack(">i", len(truncated)) + truncated)
+    assert await client.closed_by_peer()
+    assert log_events.events("invalid_request", reason="bad_body")
+
+
+async def test_graceful_close_delivers_pipelined_requests(broker: Any) -> None:
+    """testGracefulClose: requests sent before the client's FIN are all processed."""
+    client = await WireClient.connect(broker.port)
+    frames = b"".join(client.encode(METADATA, 12, METADATA_ALL_V12) for _ in range(10))
+    await client.send_raw(frames)
+    await client.stream.send_eof()
+    correlations = [(await client.receive())[0] for _ in range(10)]
+    assert correlations == list(range(1, 11))
+    assert await client.closed_by_peer()
+
+
+async def test_responses_keep_request_order_with_pipelining(start_broker: Any) -> None:
+    running = await start_broker({"connection.max.inflight.requests": "8",
+                                  "num.io.threads": "4"})
+    client = await WireClient.connect(running.port)
+    await client.send_raw(b"".join(
+        client.encode(METADATA if i % 2 else API_VERSIONS, 12 if i % 2 else 3,
+                      METADATA_ALL_V12 if i % 2 else API_VERSIONS_V3) for i in range(50)))
+    assert [(await client.receive())[0] for _ in range(50)] == list(range(1, 51))
+
+
+async def test_connection_id(broker: Any, log_events: Any) -> None:
+    """testConnectionId: localIp:localPort-remoteIp:remotePort-processorId-index."""
+    clients = [await WireClient.connect(broker.port) for _ in range(4)]
+    for client in clients:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    ids = [e["connection_id"] for e in log_events.events("connection_accepted")]
+    assert len(ids) == 4
+    for connection_id, client in zip(ids, clients, strict=True):
+        local, remote, processor, index = connection_id.split("-")
+        assert local == f"127.0.0.1:{broker.port}"
+        assert remote == "127.0.0.1:{}".format(client.stream.socket.getsockname()[1])
+        assert int(processor) in range(3)
+    # round-robin over the three processors: ids 0,1,2 then 0 again, with per-processor indexes
+    assert [i.split("-")[-2:] for i in ids] == [["0", "0"], ["1", "0"], ["2", "0"], ["0", "1"]]
+
+
+async def test_idle_connection_expires(start_broker: Any, log_events: Any,
+                                       autojump_clock: trio.testing.MockClock) -> None:
+    """testIdleConnection: an idle connection is closed after connections.max.idle.ms."""
+    running = await start_broker({"connections.max.idle.ms": "1000"})
+    client = await WireClient.connect(running.port)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    start = trio.current_time()
+    assert await client.closed_by_peer()
+    assert 1.0 <= trio.current_time() - start < 1.1
+    await log_events.wait_for("connection_expired")
+    await log_events.wait_for("connection_closed", reason="idle")
+
+
+async def test_activity_moves_the_idle_deadline(start_broker: Any,
+                                                autojump_clock: trio.testing.MockClock) -> None:
+    running = await start_broker({"connections.max.idle.ms": "1000"})
+    client = await WireClient.connect(running.port)
+    for _ in range(5):
+        await trio.sleep(0.8)
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)  # still open after 4 s in total
+
+
+@attrs.define
+class BlockedHandler:
+    """Metadata's handler behind a gate: a slow back end the test releases."""
+
+    inner: Any
+    release: trio.Event = attrs.field(factory=trio.Event)
+    entered: int = 0
+
+    async def handle(self, ctx: Any, body: Any) -> Any:
+        self.entered += 1
+        await self.release.wait()
+        return await self.inner(ctx, body)
+
+
+@pytest.fixture
+def blocked_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
+    original = registry.handlers()[METADATA]
+    blocked = BlockedHandler(original.handle)
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
+    return blocked
+
+
+async def test_idle_expiry_applies_to_muted_connections(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """testIdleConnection (muted): a request slower than the idle timeout loses its connection;
+    the late response is dropped but still counted."""
+    running = await start_broker({"connections.max.idle.ms": "1000"})
+    client = await WireClient.connect(running.port)
+    await client.send(METADATA, 12, METADATA_ALL_V12)
+    assert await client.closed_by_peer()
+    blocked_metadata.release.set()
+    await log_events.wait_for("request", api="Metadata", response_action="dropped")
+
+
+async def test_one_request_in_flight_per_connection(
+        start_broker: Any, blocked_metadata: BlockedHandler) -> None:
+    """Kafka's mute rule: the second pipelined request is not read before the first is answered."""
+    running = await start_broker({"num.io.threads": "4"})
+    client = await WireClient.connect(running.port)
+    await client.send_raw(client.encode(METADATA, 12, METADATA_ALL_V12)
+                          + client.encode(METADATA, 12, METADATA_ALL_V12))
+    await trio.sleep(0.2)
+    assert blocked_metadata.entered == 1
+    channel = running.app.socket_server.data_plane_channel
+    assert channel.queue_size == 0
+    blocked_metadata.release.set()
+    assert [(await client.receive())[0] for _ in range(2)] == [1, 2]
+
+
+async def test_full_request_channel_stops_readers(
+        start_broker: Any, blocked_metadata: BlockedHandler) -> None:
+    """queued.max.requests: once the channel is full, processors stop reading."""
+    running = await start_broker({"num.io.threads": "1", "queued.max.requests": "2"})
+    clients = [await WireClient.connect(running.port) for _ in range(5)]
+    for client in clients:
+        await client.send(METADATA, 12, METADATA_ALL_V12)
+    await trio.sleep(0.2)
+    server = running.app.socket_server
+    assert blocked_metadata.entered == 1          # the one handler is busy
+    assert server.data_plane_channel.queue_size == 2  # the channel is full
+    blocked_metadata.release.set()
+    for client in clients:
+        await client.receive()
+
+
+async def test_memory_pool_mutes_until_released(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any) -> None:
+    """queued.max.request.bytes: a frame that cannot be allocated waits for memory."""
+    running = await start_broker({"socket.request.max.bytes": "100",
+                                  "queued.max.request.bytes": "100"})
+    pool = running.app.socket_server.memory_pool
+    first, second = [await WireClient.connect(running.port) for _ in range(2)]
+    await first.send(METADATA, 12, METADATA_ALL_V12)
+    await trio.sleep(0.1)
+    pool.try_allocate(pool.available)  # use up what is left: the next frame must wait
+    await second.send(METADATA, 12, METADATA_ALL_V12)
+    await trio.sleep(0.1)
+    assert blocked_metadata.entered == 1
+    assert log_events.events("connection_muted", reason="memory")
+    blocked_metadata.release.set()
+    await first.receive()
+    pool.release(100)
+    await second.receive()
+    assert log_events.events("connection_unmuted", reason="memory")
+
+
+async def test_throttled_connection_waits_before_reading(
+        start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """KIP-219: the response goes out at once; the next request is read after the throttle."""
+    original = registry.handlers()[METADATA]
+
+    async def throttling(ctx: Any, body: Any) -> Any:
+        ctx.throttle_ms = 500
+        return await original.handle(ctx, body)
+
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=throttling))
+    running = await start_broker()
+    client = await WireClient.connect(running.port)
+    start = trio.current_time()
+    await client.send_raw(client.encode(METADATA, 12, METADATA_ALL_V12)
+                          + client.encode(API_VERSIONS, 3, API_VERSIONS_V3))
+    await client.receive()
+    assert trio.current_time() - start < 0.1
+    await client.receive()
+    assert trio.current_time() - start >= 0.5
+    assert log_events.events("throttle_started", throttle_ms=500.0)
+    assert log_events.events("throttle_ended")
+
+
+async def test_max_connections_per_ip(start_broker: Any, log_events: Any) -> None:
+    """testMaxConnectionsPerIp: the 6th connection is closed; fine again after one closes."""
+    running = await start_broker({"max.connections.per.ip": "5"})
+    clients = [await WireClient.connect(running.port) for _ in range(5)]
+    for client in clients:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    extra = await WireClient.connect(running.port)
+    assert await extra.closed_by_peer()
+    assert log_events.events("connection_rejected", reason="per_ip_limit", limit=5)
+    await clients[0].aclose()
+    await wait_for(lambda: running.app.socket_server.quotas.count(ip="127.0.0.1") == 4)
+    again = await WireClient.connect(running.port)
+    await again.request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+
+async def _connect_from(source_ip: str, port: int) -> WireClient:
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    await sock.bind((source_ip, 0))
+    await sock.connect(("127.0.0.1", port))
+    return WireClient(trio.SocketStream(sock))
+
+
+async def test_zero_max_connections_per_ip_with_override(start_broker: Any) -> None:
+    """testZeroMaxConnectionsPerIp: limit 0 plus override 127.0.0.1:5; other IPs refused."""
+    running = await start_broker({"max.connections.per.ip": "0",
+                                  "max.connections.per.ip.overrides": "127.0.0.1:5"})
+    allowed = [await _connect_from("127.0.0.1", running.port) for _ in range(5)]
+    for client in allowed:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert await (await _connect_from("127.0.0.1", running.port)).closed_by_peer()
+    assert await (await _connect_from("127.0.0.2", running.port)).closed_by_peer()
+
+
+async def test_max_connections_per_ip_overrides(start_broker: Any) -> None:
+    """testMaxConnectionsPerIpOverrides: a host-name override (resolved) allows more."""
+    running = await start_broker({"max.connections.per.ip": "1",
+                                  "max.connections.per.ip.overrides": "localhost:3"})
+    clients = [await _connect_from("127.0.0.1", running.port) for _ in range(3)]
+    for client in clients:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    other = [await _connect_from("127.0.0.2", running.port) for _ in range(2)]
+    await other[0].request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert await other[1].closed_by_peer()
+
+
+async def test_max_connections_waits_for_a_free_slot(start_broker: Any, log_events: Any) -> None:
+    """max.connections: the acceptor stops accepting until a connection closes."""
+    running = await start_broker({"max.connections": "2"})
+    first, second = [await WireClient.connect(running.port) for _ in range(2)]
+    for client in (first, second):
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    third = await WireClient.connect(running.port)  # completes in the kernel's backlog
+    await third.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    with trio.move_on_after(0.3) as waited:
+        await third.receive()
+    assert waited.cancelled_caught
+    await first.aclose()
+    await third.receive()
+    assert log_events.events("acceptor_blocked", reason="max_connections")
+
+
+async def test_listener_max_connections(start_broker: Any) -> None:
+    running = await start_broker({"listener.name.plaintext.max.connections": "1"})
+    first = await WireClient.connect(running.port)
+    await first.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    second = await WireClient.connect(running.port)
+    await second.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    with trio.move_on_after(0.3) as waited:
+        await second.receive()
+    assert waited.cancelled_caught
+    await first.aclose()
+    await second.receive()
+
+
+async def test_sockets_close_on_shutdown(start_broker: Any, log_events: Any) -> None:
+    """testSocketsCloseOnShutdown: shutdown closes client connections."""
+    running = await start_broker()
+    clients = [await WireClient.connect(running.port) for _ in range(3)]
+    for client in clients:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await running.shutdown()
+    for client in clients:
+        assert await client.closed_by_peer()
+    steps = [e["step"] for e in log_events.events("shutdown_step")]
+    assert steps[:2] == ["acceptors_stopped", "processors_stopped_reading"]
+    assert "connections_closed" in steps
+    with pytest.raises(OSError):
+        await trio.open_tcp_stream("127.0.0.1", running.port)
+
+
+async def test_shutdown_finishes_in_flight_requests(
+        start_broker: Any, blocked_metadata: BlockedHandler) -> None:
+    """Shutdown stops reading but answers what was read, within the graceful deadline."""
+    running = await start_broker()
+    client = await WireClient.connect(running.port)
+    await client.send(METADATA, 12, METADATA_ALL_V12)
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(running.shutdown)
+        await trio.sleep(0.1)
+        blocked_metadata.release.set()
+        correlation, _ = await client.receive()
+    assert correlation == 1
+    assert await client.closed_by_peer()
+
+
+async def test_shutdown_cancels_in_flight_requests_after_the_deadline(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    running = await start_broker({"shutdown.graceful.timeout.ms": "3000"})
+    client = await WireClient.connect(running.port)
+    await client.send(METADATA, 12, METADATA_ALL_V12)
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    start = trio.current_time()
+    await running.shutdown()
+    assert 3.0 <= trio.current_time() - start < 3.5
+    assert log_events.events("shutdown_step", step="in_flight_requests_cancelled")
+    assert await client.closed_by_peer()
+
+
+async def test_control_plane_has_its_own_channel_and_handler(
+        start_broker: Any, blocked_metadata: BlockedHandler) -> None:
+    """control.plane.listener.name: the control plane is served while data-plane handlers are
+    all busy, through its own acceptor, single processor, channel (20) and handler."""
+    running = await start_broker({
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "control.plane.listener.name": "CONTROLLER",
+        "num.io.threads": "1",
+    })
+    server = running.app.socket_server
+    assert server.control_plane_channel is not None
+    assert server.control_plane_channel.capacity == 20
+    control_processors = [p for p in server.processors if p.control_plane]
+    assert len(control_processors) == 1
+    data = await WireClient.connect(running.port_of("PLAINTEXT"))
+    await data.send(METADATA, 12, METADATA_ALL_V12)  # occupies the only data-plane handler
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    control = await WireClient.connect(running.port_of("CONTROLLER"))
+    body = await control.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert body.error_code == ErrorCode.none
+    blocked_metadata.release.set()
+    await data.receive()
+
+
+async def test_port_zero_is_advertised_with_the_bound_port(broker: Any) -> None:
+    client = await WireClient.connect(broker.port)
+    body = await client.request(METADATA, 4, MetadataRequestV4(
+        topics=None, allow_auto_topic_creation=False))
+    assert [(b.host, b.port) for b in body.brokers] == [("127.0.0.1", broker.port)]
+
+
+async def test_advertised_listeners_override(start_broker: Any) -> None:
+    running = await start_broker({"advertised.listeners": "PLAINTEXT://kafka.example:9092"})
+    client = await WireClient.connect(running.port)
+    body = await client.request(METADATA, 12, METADATA_ALL_V12)
+    assert [(b.host, b.port) for b in body.brokers] == [("kafka.example", 9092)]
+
+
+async def test_metrics_are_served_in_prometheus_format(start_broker: Any) -> None:
+    running = await start_broker({"metrics.prometheus.listener": "127.0.0.1:0"})
+    client = await WireClient.connect(running.port)
+    await client.request(METADATA, 12, METADATA_ALL_V12)
+    stream = await trio.open_tcp_stream("127.0.0.1", running.app.metrics_port)
+    await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    response = b""
+    while chunk := await stream.receive_some(65536):
+        response += chunk
+    assert response.startswith(b"HTTP/1.1 200 OK")
+    text = response.decode()
+    for name in ("kafka_network_requestmetrics_totaltimems_bucket",
+                 "kafka_network_requestmetrics_requestqueuetimems_count",
+                 "kafka_network_socketserver_networkprocessoravgidlepercent",
+                 "kafka_network_requestchannel_requestqueuesize",
+                 "kafka_server_socket_server_metrics_connection_count"):
+        assert name in text
+    assert 'kafka_network_requestmetrics_requests_total{request="Metadata",version="12"} 1.0' in text
+
+
+async def wait_for(condition: Any, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(0.01)
