@@ -1,0 +1,103 @@
+"""Fetch (API key 1): whole batches from each partition, with a min_bytes / max_wait long poll.
+
+A fetch that cannot be satisfied at once is parked (Kafka's DelayedFetch in its purgatory): the
+handler returns ``ctx.park(wait)`` and is free at once, and ``wait`` runs in the purgatory
+nursery under ``trio.move_on_after(max_wait)``, woken by appends to the partitions it reads.
+
+Fetch sessions (KIP-227) are declined, as the protocol allows: every answer carries session id
+0, so clients keep sending full fetch requests. A request for an incremental session we never
+created gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import build, error_of, response_module, throttle
+
+FETCH = 1
+MIN_VERSION = 4
+MAX_VERSION = 12
+READ_COMMITTED = 1
+
+
+def _read_all(ctx: RequestContext, body: Any, module: Any) -> tuple[Any, int, bool]:
+    """Read every requested partition now: ``(topic responses, bytes, any error)``."""
+    lm = ctx.broker.log_manager
+    remaining = int(body.max_bytes)
+    read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
+    aborted: tuple[Any, ...] | None = () if read_committed else None
+    total = 0
+    errors = False
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for part in topic.partitions:
+            index = int(part.partition)
+            code = ErrorCode.none
+            records = b""
+            hw = lso = start = -1
+            log = lm.get_partition(topic.topic, index) if lm is not None else None
+            if log is None:
+                code = ErrorCode.unknown_topic_or_partition
+            else:
+                hw, start = log.high_watermark, log.log_start_offset
+                lso = hw
+                try:
+                    result = log.read(int(part.fetch_offset),
+                                      max(0, min(int(part.partition_max_bytes), remaining)),
+                                      min_one_batch=total == 0)
+                except Exception as exc:  # OFFSET_OUT_OF_RANGE and storage failures
+                    code, _ = error_of(exc)
+                else:
+                    records = result.records
+                    hw, start, lso = (result.high_watermark, result.log_start_offset,
+                                      result.last_stable_offset)
+                    total += len(records)
+                    remaining -= len(records)
+            errors = errors or code is not ErrorCode.none
+            partitions.append(build(
+                module.PartitionData, partition_index=index, error_code=code,
+                high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=records))
+        topics.append(build(module.FetchableTopicResponse, topic=topic.topic,
+                            partitions=tuple(partitions)))
+    return tuple(topics), total, errors
+
+
+@api_handler(FETCH, MIN_VERSION, MAX_VERSION)
+async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
+    """Answer at once when min_bytes is met, a partition failed, or max_wait is 0; else park."""
+    module = response_module(FETCH, ctx.api_version)
+
+    def respond(topics: Any, code: ErrorCode = ErrorCode.none) -> Any:
+        return build(module.FetchResponse, throttle_time=throttle(ctx), error_code=code,
+                     session_id=0, responses=topics)
+
+    session_id = int(getattr(body, "session_id", 0))
+    if session_id != 0:
+        return respond((), ErrorCode.fetch_session_id_not_found)
+    topics, total, errors = _read_all(ctx, body, module)
+    min_bytes = int(body.min_bytes)
+    max_wait_s = body.max_wait.total_seconds()
+    if total >= min_bytes or errors or max_wait_s <= 0 or not body.topics:
+        return respond(topics)
+    lm = ctx.broker.log_manager
+    keys = [(t.topic, int(p.partition)) for t in body.topics for p in t.partitions]
+
+    async def wait() -> Any:
+        nonlocal topics
+        with trio.move_on_after(max_wait_s):
+            while True:
+                await lm.wait_for_data(keys)
+                topics, got, failed = _read_all(ctx, body, module)
+                if got >= min_bytes or failed:
+                    return respond(topics)
+        return respond(_read_all(ctx, body, module)[0])
+
+    return ctx.park(wait)

@@ -1,0 +1,48 @@
+"""InitProducerId (API key 22): producer ids for idempotent producers.
+
+Transactions are not implemented: a request naming a transactional id is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (what Kafka answers when the transactional id may not be
+used), so clients fail fast with a clear error instead of hanging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import build, error_of, response_module, throttle
+
+INIT_PRODUCER_ID = 22
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+@api_handler(INIT_PRODUCER_ID, MIN_VERSION, MAX_VERSION)
+async def handle_init_producer_id(ctx: RequestContext, body: Any) -> Any:
+    """A fresh producer id with epoch 0 for every non-transactional producer.
+
+    A producer re-initialising (v3+: its old id and epoch given) also gets a fresh id, which
+    Kafka allows for idempotent producers: sequences restart at 0 under the new id.
+    """
+    module = response_module(INIT_PRODUCER_ID, ctx.api_version)
+    response = module.InitProducerIdResponse
+
+    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
+        return build(response, throttle_time=throttle(ctx), error_code=code, producer_id=pid,
+                     producer_epoch=epoch)
+
+    if body.transactional_id is not None:
+        return answer(ErrorCode.transactional_id_authorization_failed)
+    lm = ctx.broker.log_manager
+    if lm is None:
+        return answer(ErrorCode.coordinator_not_available)
+    try:
+        pid = lm.allocate_producer_id()
+    except Exception as exc:  # a failed write of the id block: the client retries
+        code, _ = error_of(exc)
+        return answer(code if code is not ErrorCode.unknown_server_error
+                      else ErrorCode.coordinator_not_available)
+    return answer(ErrorCode.none, pid, 0)

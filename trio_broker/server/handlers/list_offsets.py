@@ -1,0 +1,60 @@
+"""ListOffsets (API key 2): earliest, latest, max timestamp, and offsets by timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import build, error_of, response_module, throttle
+
+LIST_OFFSETS = 2
+MIN_VERSION = 1
+MAX_VERSION = 7
+LATEST = -1
+MAX_TIMESTAMP = -3
+#: The single leader epoch of every partition (Metadata reports 0).
+LEADER_EPOCH = 0
+
+
+@api_handler(LIST_OFFSETS, MIN_VERSION, MAX_VERSION)
+async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
+    """One answer per requested partition; a duplicate partition is INVALID_REQUEST (Kafka)."""
+    module = response_module(LIST_OFFSETS, ctx.api_version)
+    lm = ctx.broker.log_manager
+    seen: dict[tuple[str, int], int] = {}
+    for topic in body.topics:
+        for part in topic.partitions:
+            key = (topic.name, int(part.partition_index))
+            seen[key] = seen.get(key, 0) + 1
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for part in topic.partitions:
+            index = int(part.partition_index)
+            timestamp = int(part.timestamp)
+            code, offset, found_ts = ErrorCode.none, -1, -1
+            current_epoch = int(getattr(part, "current_leader_epoch", -1))
+            if seen[(topic.name, index)] > 1:
+                code = ErrorCode.invalid_request
+            elif lm is None or lm.get_partition(topic.name, index) is None:
+                code = ErrorCode.unknown_topic_or_partition
+            elif current_epoch > LEADER_EPOCH:
+                code = ErrorCode.unknown_leader_epoch
+            elif timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or timestamp < MAX_TIMESTAMP:
+                code = ErrorCode.unsupported_version
+            else:
+                try:
+                    offset, found_ts = lm.list_offset(topic.name, index, timestamp)
+                except Exception as exc:
+                    code, _ = error_of(exc)
+            partitions.append(build(
+                module.ListOffsetsPartitionResponse, partition_index=index, error_code=code,
+                timestamp=found_ts, offset=offset,
+                leader_epoch=LEADER_EPOCH if code is ErrorCode.none and offset >= 0 else -1,
+                old_style_offsets=()))
+        topics.append(build(module.ListOffsetsTopicResponse, name=topic.name,
+                            partitions=tuple(partitions)))
+    return build(module.ListOffsetsResponse, throttle_time=throttle(ctx), topics=tuple(topics))

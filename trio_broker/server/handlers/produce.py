@@ -1,0 +1,99 @@
+"""Produce (API key 0): validate and append each partition's batch, answer per partition.
+
+acks=0 sends nothing back (Kafka's NoOpResponse) unless a partition failed, in which case the
+connection is closed, as Kafka does, so the client notices. acks=1 and acks=-1 are the same on
+one node: the answer leaves after the append (and after the fsync when the flush policy asks).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol import records as rb
+from ..context import NO_RESPONSE, CloseConnection, RequestContext
+from ..registry import api_handler
+from ._admin import build, error_of, is_internal_topic, response_module, throttle
+
+PRODUCE = 0
+MIN_VERSION = 3
+MAX_VERSION = 9
+
+
+def _append_time(ms: int) -> datetime.datetime | None:
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def _single_batch_problem(records: bytes) -> str | None:
+    """Produce v3+ must carry exactly one batch (Kafka's ``ProduceRequest.validateRecords``)."""
+    if len(records) >= rb.LOG_OVERHEAD:
+        _, length = rb.peek_offset_and_length(records)
+        if 0 < length + rb.LOG_OVERHEAD < len(records):
+            return "Produce requests with version 3 or later must contain exactly one batch"
+    return None
+
+
+async def _append_one(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+                      transactional: bool) -> tuple[ErrorCode, str | None, int, int, int]:
+    """``(error, message, base_offset, log_append_time, log_start_offset)``."""
+    lm = ctx.broker.log_manager
+    if records is None:
+        return ErrorCode.invalid_record, "Produce request without records", -1, -1, -1
+    if transactional:
+        return (ErrorCode.transactional_id_authorization_failed,
+                "Transactions are not supported by this broker", -1, -1, -1)
+    problem = _single_batch_problem(records)
+    if problem is not None:
+        return ErrorCode.invalid_record, problem, -1, -1, -1
+    try:
+        result = await lm.append(topic, partition, bytes(records))
+    except Exception as exc:  # StorageError carries the code; anything else is a server error
+        code, message = error_of(exc)
+        return code, message, -1, -1, -1
+    return ErrorCode.none, None, result.base_offset, result.log_append_time, \
+        result.log_start_offset
+
+
+@api_handler(PRODUCE, MIN_VERSION, MAX_VERSION)
+async def handle_produce(ctx: RequestContext, body: Any) -> Any:
+    """Append every partition's records; one result per partition, in request order."""
+    module = response_module(PRODUCE, ctx.api_version)
+    lm = ctx.broker.log_manager
+    acks = int(body.acks)
+    transactional = body.transactional_id is not None
+    failed = False
+    topics = []
+    for topic in body.topic_data:
+        name = topic.name
+        partitions = []
+        for data in topic.partition_data:
+            index = int(data.index)
+            if acks not in (-1, 0, 1):
+                result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
+            elif lm is None:
+                result = (ErrorCode.kafka_storage_error, "no storage attached", -1, -1, -1)
+            elif name not in lm.topics or lm.get_partition(name, index) is None:
+                result = (ErrorCode.unknown_topic_or_partition,
+                          "This server does not host this topic-partition.", -1, -1, -1)
+            elif is_internal_topic(name, lm.topics[name]):
+                result = (ErrorCode.invalid_topic_exception,
+                          f"Cannot append to internal topic {name}", -1, -1, -1)
+            else:
+                result = await _append_one(ctx, name, index, data.records, transactional)
+            code, message, base, append_time, start = result
+            failed = failed or code is not ErrorCode.none
+            partitions.append(build(
+                module.PartitionProduceResponse, index=index, error_code=code, base_offset=base,
+                log_append_time=_append_time(append_time), log_start_offset=start,
+                record_errors=(), error_message=message))
+        topics.append(build(module.TopicProduceResponse, name=name,
+                            partition_responses=tuple(partitions)))
+    if acks == 0:
+        if failed:
+            raise CloseConnection("acks=0 produce request failed on at least one partition")
+        return NO_RESPONSE
+    return build(module.ProduceResponse, responses=tuple(topics), throttle_time=throttle(ctx))
