@@ -72,8 +72,8 @@ QUESTIONS: tuple[Question, ...] = (
              "Clients by requests and by bytes in and out."),
     Question("throttled_clients", "Clients are throttled",
              "Clients throttled by quotas, how often and for how long in total."),
-    Question("group_events", "Consumers stall or re-read: group rebalances",
-             "Consumer-group events by group, rebalances counted."),
+    Question("group_rebalances", "Consumers stall or re-read data: group rebalances",
+             "Per consumer group: rebalances, their duration and reasons, joins and leaves."),
 )
 
 
@@ -376,29 +376,51 @@ def throttled_clients(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("total_throttle_ms"), "client_id"))
 
 
-def group_events(events: DataFrame) -> DataFrame:
-    """Events of declared consumer-group events (any event with a ``group_id`` field).
+def group_rebalances(events: DataFrame) -> DataFrame:
+    """Per consumer group: rebalances started and completed, their duration, joins and leaves.
 
-    ``rebalances`` counts the lines of events whose name says "rebalance". Without group events
-    declared or logged, the table is empty (with its columns).
+    Built from whichever group events are declared (any event with a ``group_id`` field) and
+    logged; with none, the table is empty but keeps its columns.
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     names = [name for name, spec in EVENTS.items() if "group_id" in spec.fields]
+    event = F.col("event")
+
+    def count_of(name: str) -> Column:
+        return F.sum((event == name).cast("long")).alias(_COUNT_COLUMNS.get(name, name))
+
     if not names:
-        schema = T.StructType([
-            T.StructField("group_id", T.StringType()), T.StructField("event", T.StringType()),
-            T.StructField("count", T.LongType()), T.StructField("rebalances", T.LongType()),
-            T.StructField("first_seen", T.TimestampType()),
-            T.StructField("last_seen", T.TimestampType())])
+        schema = T.StructType(
+            [T.StructField("group_id", T.StringType())]
+            + [T.StructField(column, T.LongType()) for column in _COUNT_COLUMNS.values()]
+            + [T.StructField("avg_rebalance_ms", T.DoubleType()),
+               T.StructField("max_rebalance_ms", T.DoubleType()),
+               T.StructField("max_generation", T.LongType()),
+               T.StructField("reasons", T.ArrayType(T.StringType())),
+               T.StructField("first_seen", T.TimestampType()),
+               T.StructField("last_seen", T.TimestampType())])
         return events.sparkSession.createDataFrame([], schema)
-    return (events.where(F.col("event").isin(*names))
-            .groupBy("group_id", "event")
-            .agg(F.count(F.lit(1)).alias("count"),
-                 F.sum(F.col("event").contains("rebalance").cast("long")).alias("rebalances"),
+    completed_ms = F.when(event == "rebalance_completed", F.col("duration_ms"))
+    generation = (F.max("generation") if "generation" in events.columns
+                  else F.lit(None).cast("long")).alias("max_generation")
+    return (events.where(event.isin(*names))
+            .groupBy("group_id")
+            .agg(*(count_of(name) for name in _COUNT_COLUMNS),
+                 F.avg(completed_ms).alias("avg_rebalance_ms"),
+                 F.max(completed_ms).alias("max_rebalance_ms"),
+                 generation,
+                 F.sort_array(F.collect_set(F.when(event == "rebalance_started",
+                                                   F.col("reason")))).alias("reasons"),
                  F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"))
-            .orderBy("group_id", "event"))
+            .orderBy(F.desc("rebalances"), "group_id"))
+
+
+#: Group events counted per group, and the column each count goes to.
+_COUNT_COLUMNS = {"rebalance_started": "rebalances", "rebalance_completed": "completed",
+                  "group_join": "joins", "member_left": "members_left",
+                  "member_expired": "members_expired"}
 
 
 # -- the whole job ------------------------------------------------------------------------------
@@ -464,7 +486,7 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
         "slowest_requests": lambda frame: slowest_requests(frame, slowest),
         "top_clients": top_clients,
         "throttled_clients": throttled_clients,
-        "group_events": group_events,
+        "group_rebalances": group_rebalances,
     }
     tables: dict[str, list[dict[str, Any]]] = {}
     for question in QUESTIONS:
@@ -534,12 +556,8 @@ def build_summary(overview: Sequence[Any], tables: Mapping[str, list[dict[str, A
     queue_sizes = [r["request_queue_size"] for r in timeline
                    if r.get("request_queue_size") is not None]
     throttled = tables["throttled_clients"]
-    groups = tables["group_events"]
-    rebalances: dict[str, int] = {}
-    for row in groups:
-        if row["rebalances"]:
-            key = str(row["group_id"])
-            rebalances[key] = rebalances.get(key, 0) + int(row["rebalances"])
+    rebalances = {str(r["group_id"]): int(r["rebalances"])
+                  for r in tables["group_rebalances"] if r["rebalances"]}
     return {
         "schema_version": SCHEMA_VERSION,
         "generated_at": _jsonable(datetime.now(UTC)),

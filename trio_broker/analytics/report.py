@@ -350,9 +350,9 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
     sections.append(_section(
         "groups", "Consumer-group rebalances",
         "consumers stall or re-read data: frequent group rebalances",
-        "consumer-group events (any event with a group_id field)",
+        "rebalance_started, rebalance_completed, group_join, member_left, member_expired",
         bar_chart(_counts(summary.get("group_rebalances", {})), title="rebalances by group")
-        + table(tables.get("group_events", []))))
+        + table(tables.get("group_rebalances", []))))
 
     toc = "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t in (
         ("rejected", "Connections refused"), ("closed", "Connections closed"),

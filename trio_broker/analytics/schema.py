@@ -25,23 +25,39 @@ class SchemaConflict(ValueError):
     """Two events declare the same field name with different types."""
 
 
-def union_fields(events: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The common fields, then every event's fields in declaration order, name -> type name.
+def field_conflicts(events: Mapping[str, Any] | None = None) -> dict[str, dict[str, list[str]]]:
+    """Field names declared with more than one type: name -> {type: [events]}.
 
-    Raises :class:`SchemaConflict` if one field name has two types: one Spark column cannot hold
-    both, so the declaration must not do that.
+    The contract is one type per field name across all events (one Spark column per name);
+    the schema test fails on any conflict.
     """
     specs = EVENTS if events is None else events
-    merged: dict[str, str] = dict(COMMON_FIELDS)
-    owner: dict[str, str] = dict.fromkeys(COMMON_FIELDS, "<common>")
+    types: dict[str, dict[str, list[str]]] = {
+        name: {type_name: ["<common>"]} for name, type_name in COMMON_FIELDS.items()}
     for spec in specs.values():
         for name, type_name in spec.fields.items():
-            previous = merged.get(name)
-            if previous is not None and previous != type_name:
-                raise SchemaConflict(
-                    f"field {name!r} is {previous} in {owner[name]} but {type_name} in {spec.name}")
-            merged.setdefault(name, type_name)
-            owner.setdefault(name, spec.name)
+            types.setdefault(name, {}).setdefault(type_name, []).append(spec.name)
+    return {name: by_type for name, by_type in types.items() if len(by_type) > 1}
+
+
+def union_fields(events: Mapping[str, Any] | None = None, *,
+                 strict: bool = False) -> dict[str, str]:
+    """The common fields, then every event's fields in declaration order, name -> type name.
+
+    A field name declared with two types cannot be one typed column: with ``strict`` that raises
+    :class:`SchemaConflict`; otherwise the column is read as ``string`` (Spark keeps any JSON
+    value's text there), so one slip in the declaration never makes every line unreadable.
+    """
+    specs = EVENTS if events is None else events
+    conflicts = field_conflicts(specs)
+    if strict and conflicts:
+        raise SchemaConflict("fields declared with more than one type: " + "; ".join(
+            f"{name}: " + ", ".join(f"{t} in {', '.join(e)}" for t, e in by_type.items())
+            for name, by_type in conflicts.items()))
+    merged: dict[str, str] = dict(COMMON_FIELDS)
+    for spec in specs.values():
+        for name, type_name in spec.fields.items():
+            merged.setdefault(name, "string" if name in conflicts else type_name)
     return merged
 
 

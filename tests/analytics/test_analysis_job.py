@@ -1,0 +1,246 @@
+"""The batch job in local mode over logs written by the broker's logging path.
+
+Every number is checked against a count taken from the raw lines with ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.analytics.analytics_logs import BASE_TIME, MALFORMED_LINES, count_by, read_raw
+
+from trio_broker.analytics.cli import main
+from trio_broker.analytics.jobs import QUESTIONS, STAGES, AnalysisResult, run_analysis
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def analysis(spark: Any, scenario_logs: list[Path],
+             tmp_path_factory: pytest.TempPathFactory) -> AnalysisResult:
+    out = tmp_path_factory.mktemp("analysis")
+    messages: list[str] = []
+    result = run_analysis(spark, [str(p) for p in scenario_logs], out, slowest=5,
+                          progress=messages.append)
+    assert messages and messages[-1].startswith("done"), messages
+    assert len(messages) == len(QUESTIONS) + 4
+    return result
+
+
+@pytest.fixture(scope="module")
+def raw(scenario_logs: list[Path]) -> list[dict[str, Any]]:
+    records, bad = read_raw(scenario_logs)
+    assert bad == 2  # the torn line and the text line
+    return [r for r in records if isinstance(r.get("broker"), int)]
+
+
+def _requests(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in raw if r["event"] == "request"]
+
+
+def test_requests_by_api_equal_raw_counts(analysis: AnalysisResult,
+                                          raw: list[dict[str, Any]]) -> None:
+    expected = count_by(raw, "request", "api")
+    assert analysis.summary["requests_by_api"] == expected
+    assert analysis.summary["requests"] == sum(expected.values()) > 0
+    errors = Counter(r["api"] for r in _requests(raw) if r["error"] != "NONE")
+    assert analysis.summary["errors_by_api"] == dict(errors)
+
+
+def test_rejected_connections_by_reason_ip_listener(analysis: AnalysisResult,
+                                                    raw: list[dict[str, Any]]) -> None:
+    summary = analysis.summary
+    assert summary["rejected_connections"] == count_by(raw, "connection_rejected", "reason")
+    assert summary["rejected_connections_by_ip"] == count_by(raw, "connection_rejected", "ip")
+    assert summary["rejected_connections_by_listener"] == count_by(
+        raw, "connection_rejected", "listener")
+    expected = Counter((r["ip"], r["listener"], r["reason"]) for r in raw
+                       if r["event"] == "connection_rejected")
+    table = {(r["ip"], r["listener"], r["reason"]): r["count"]
+             for r in analysis.tables["rejected_connections"]}
+    assert table == dict(expected)
+
+
+def test_malformed_lines_counted_not_fatal(analysis: AnalysisResult,
+                                           raw: list[dict[str, Any]]) -> None:
+    summary = analysis.summary
+    assert summary["malformed"] == {"unparseable": 2, "schema_mismatch": 1}
+    assert summary["malformed_lines"] == len(MALFORMED_LINES)
+    assert summary["lines"] == len(raw) + len(MALFORMED_LINES)
+    assert summary["events_by_name"] == dict(sorted(Counter(r["event"] for r in raw).items()))
+    assert summary["unknown_events"] == {}
+
+
+def test_time_range(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:
+    def parse(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    stamps = sorted(parse(r["timestamp"]) for r in raw)
+    got = analysis.summary["time_range"]
+    assert (parse(got["first"]), parse(got["last"])) == (stamps[0], stamps[-1])
+
+
+def _nearest_rank(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct * len(ordered)) - 1)]
+
+
+def test_latency_percentiles_and_stage_breakdown(analysis: AnalysisResult,
+                                                 raw: list[dict[str, Any]]) -> None:
+    by_api: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in _requests(raw):
+        by_api[record["api"]].append(record)
+    rows = {r["api"]: r for r in analysis.tables["latency_by_api"]}
+    assert set(rows) == set(by_api)
+    for api, records in by_api.items():
+        row = rows[api]
+        assert row["requests"] == len(records)
+        for column in ("total_ms", *STAGES):
+            values = [r[column] for r in records]
+            short = column.removesuffix("_ms")
+            # With fewer values than the accuracy, Spark's approximate percentile is exact.
+            assert row[f"p50_{short}_ms"] == _nearest_rank(values, 0.5), (api, column)
+            assert row[f"p95_{short}_ms"] == _nearest_rank(values, 0.95), (api, column)
+            assert row[f"p99_{short}_ms"] == _nearest_rank(values, 0.99), (api, column)
+            assert row[f"max_{column}"] == max(values)
+        total = sum(r["total_ms"] for r in records)
+        assert row["local_share"] == pytest.approx(sum(r["local_ms"] for r in records) / total)
+    assert analysis.summary["latency_ms_by_api"]["Produce"]["p99"] == rows["Produce"][
+        "p99_total_ms"]
+
+
+def test_slowest_requests_name_the_dominant_stage(analysis: AnalysisResult,
+                                                  raw: list[dict[str, Any]]) -> None:
+    slowest = analysis.tables["slowest_requests"]
+    expected = sorted(_requests(raw), key=lambda r: -r["total_ms"])[:5]
+    assert [r["total_ms"] for r in slowest] == [r["total_ms"] for r in expected]
+    for row, record in zip(slowest, expected, strict=True):
+        assert row["correlation_id"] == record["correlation_id"]
+        assert row["dominant_stage"] == max(STAGES, key=lambda s: record[s])
+
+
+def test_top_clients_by_requests_and_bytes(analysis: AnalysisResult,
+                                           raw: list[dict[str, Any]]) -> None:
+    requests = Counter(r["client_id"] for r in _requests(raw))
+    sent = Counter()
+    received = Counter()
+    for record in _requests(raw):
+        sent[record["client_id"]] += record["request_bytes"]
+        received[record["client_id"]] += record["response_bytes"]
+    rows = analysis.tables["top_clients"]
+    assert [r["client_id"] for r in rows] == [c for c, _ in sorted(
+        requests.items(), key=lambda kv: (-kv[1], -(sent[kv[0]] + received[kv[0]]), kv[0]))]
+    for row in rows:
+        client = row["client_id"]
+        assert (row["requests"], row["request_bytes"], row["response_bytes"]) == (
+            requests[client], sent[client], received[client])
+        assert row["total_bytes"] == sent[client] + received[client]
+
+
+def test_throttled_clients(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:
+    started = [r for r in raw if r["event"] == "throttle_started"]
+    assert started
+    rows = {r["client_id"]: r for r in analysis.tables["throttled_clients"]}
+    assert set(rows) == {r["client_id"] for r in started}
+    for client, row in rows.items():
+        mine = [r for r in started if r["client_id"] == client]
+        assert row["throttle_events"] == len(mine)
+        assert row["throttle_event_ms"] == sum(r["throttle_ms"] for r in mine)
+        throttled = [r for r in _requests(raw) if r["client_id"] == client and r["throttle_ms"]]
+        assert row["throttled_requests"] == len(throttled)
+        assert analysis.summary["throttled_clients"][client] == row["total_throttle_ms"]
+
+
+def test_saturation_and_queue_timelines(analysis: AnalysisResult,
+                                        raw: list[dict[str, Any]]) -> None:
+    snapshots = [r for r in raw if r["event"] == "metrics_snapshot"]
+    timeline = analysis.tables["metrics_timeline"]
+    assert len(timeline) == len(snapshots) == analysis.summary["metrics_snapshots"]
+    assert [r["request_queue_size"] for r in timeline] == [
+        r["request_queue_size"] for r in sorted(snapshots, key=lambda r: r["timestamp"])]
+    idle = [r["network_processor_avg_idle_percent"] for r in snapshots]
+    assert analysis.summary["network_processor_idle_percent"]["min"] == min(idle)
+    assert analysis.summary["max_request_queue_size"] == max(
+        r["request_queue_size"] for r in snapshots)
+
+    def minute_of(record: dict[str, Any]) -> str:
+        return record["timestamp"][:16]
+
+    per_minute = analysis.tables["saturation_by_minute"]
+    mutes = Counter(minute_of(r) for r in raw if r["event"] == "connection_muted")
+    throttles = Counter(minute_of(r) for r in raw if r["event"] == "throttle_started")
+    assert {r["minute"][:16]: r["mutes"] for r in per_minute} == dict(mutes)
+    assert {r["minute"][:16]: r["throttles"] for r in per_minute} == {
+        m: throttles.get(m, 0) for m in mutes}
+    assert len(per_minute) == 3
+    queue = {r["minute"][:16]: r for r in analysis.tables["request_queue_by_minute"]}
+    for minute, row in queue.items():
+        in_minute = [r for r in _requests(raw) if minute_of(r) == minute]
+        assert row["requests"] == len(in_minute)
+        assert row["max_request_queue_ms"] == max(r["request_queue_ms"] for r in in_minute)
+        assert row["max_request_queue_size"] == max(
+            r["request_queue_size"] for r in snapshots if minute_of(r) == minute)
+    muted = Counter(r["reason"] for r in raw if r["event"] == "connection_muted")
+    assert analysis.summary["mutes_by_reason"] == dict(muted)
+    unmuted_ms: Counter[str] = Counter()
+    for r in raw:
+        if r["event"] == "connection_unmuted":
+            unmuted_ms[r["reason"]] += r["muted_ms"]
+    assert {r["reason"]: r["total_muted_ms"] for r in analysis.tables["mutes_by_reason"]} == \
+        pytest.approx(dict(unmuted_ms))
+
+
+def test_closed_connections_and_group_rebalances(analysis: AnalysisResult,
+                                                 raw: list[dict[str, Any]]) -> None:
+    assert analysis.summary["closed_connections"] == count_by(raw, "connection_closed", "reason")
+    started = Counter(r["group_id"] for r in raw if r["event"] == "rebalance_started")
+    assert analysis.summary["group_rebalances"] == dict(started)
+    for row in analysis.tables["group_rebalances"]:
+        completed = [r for r in raw if r["event"] == "rebalance_completed"
+                     and r["group_id"] == row["group_id"]]
+        assert row["completed"] == len(completed)
+        assert row["max_rebalance_ms"] == max(r["duration_ms"] for r in completed)
+
+
+def test_outputs_parquet_summary_and_report(spark: Any, analysis: AnalysisResult) -> None:
+    out = analysis.out
+    for question in QUESTIONS:
+        table = spark.read.parquet(str(out / f"{question.name}.parquet"))
+        assert table.count() == len(analysis.tables[question.name]), question.name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests_by_api"] == analysis.summary["requests_by_api"]
+    assert summary["rejected_connections"] == analysis.summary["rejected_connections"]
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") >= 8
+    assert "Symptom: clients cannot connect or are refused" in page
+    assert "per_ip_limit" in page
+    assert "<script" not in page and "http://" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_cli_directory_input_and_time_window(spark: Any, scenario_logs: list[Path],
+                                             raw: list[dict[str, Any]], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory stands for all its log files, rotated ones included; --since/--until cut."""
+    out = tmp_path / "out"
+    since = BASE_TIME + timedelta(minutes=1)
+    code = main([str(scenario_logs[0].parent), "--out", str(out),
+                 "--since", since.isoformat(), "--until", "2026-03-14T09:02:00Z"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "analyze: [1/" in captured.err  # progress lines, one per stage
+    assert "requests" in captured.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(summary["inputs"]) == sorted(str(p) for p in scenario_logs)
+    window = [r for r in raw if "2026-03-14T09:01" <= r["timestamp"] < "2026-03-14T09:02"]
+    assert summary["requests_by_api"] == count_by(window, "request", "api")
+    assert summary["rejected_connections"] == count_by(window, "connection_rejected", "reason")
+    assert summary["events_in_range"] == dict(Counter(r["event"] for r in window))
+    assert summary["malformed_lines"] == len(MALFORMED_LINES)  # counted over the whole input
+    assert spark.sparkContext._jsc is not None  # the shared session was not stopped
