@@ -1,0 +1,265 @@
+"""In-process tests of the data-path handlers (Produce, Fetch, ListOffsets, InitProducerId,
+OffsetForLeaderEpoch) against a real LogManager, through the codec both ways."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from kio.schema.errors import ErrorCode
+
+from trio_broker.config import BrokerConfig, Endpoint, load_config
+from trio_broker.protocol import records as rb
+from trio_broker.protocol.codec import (
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_schema,
+)
+from trio_broker.server.broker import Broker
+from trio_broker.server.context import (
+    NO_RESPONSE,
+    CloseConnection,
+    ConnectionInfo,
+    Parked,
+    RequestContext,
+)
+from trio_broker.server.registry import handlers, supported_versions
+from trio_broker.storage import LogManager
+from trio_broker.storage.log import now_ms
+
+PRODUCE, FETCH, LIST_OFFSETS, INIT_PID, OFFSET_FOR_EPOCH = 0, 1, 2, 22, 23
+_correlation = itertools.count(1)
+
+
+def mod(api_key: int, version: int) -> Any:
+    return sys.modules[request_schema(api_key, version).__module__]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> BrokerConfig:
+    return load_config({"log.dirs": str(tmp_path)})
+
+
+@pytest.fixture
+def broker(config: BrokerConfig) -> Iterator[Broker]:
+    lm = LogManager(config)
+    lm.open()
+    lm.create_topic("t", 2)
+    yield Broker(config, cluster_id="c", log_manager=lm,
+                 advertised={"PLAINTEXT": Endpoint("PLAINTEXT", "h", 9092)})
+    lm.close()
+
+
+async def send(broker: Broker, api_key: int, version: int, body: Any) -> Any:
+    """Encode, decode, handle; returns the handler's raw result (Parked / NO_RESPONSE / body)."""
+    frame = encode_request(api_key, version, next(_correlation), "test", body)
+    request = decode_request(frame[4:], supported_versions())
+    ctx = RequestContext(request=request, broker=broker, connection=ConnectionInfo(
+        connection_id="x", listener="PLAINTEXT", security_protocol="PLAINTEXT", peer="p",
+        processor=0))
+    result = await handlers()[api_key].handle(ctx, request.body)
+    return request, result
+
+
+def wire(request: Any, api_key: int, version: int, body: Any) -> Any:
+    encoded = encode_response(request, body)
+    return decode_response(api_key, version, encoded[4:])[1]
+
+
+async def call(broker: Broker, api_key: int, version: int, body: Any) -> Any:
+    request, result = await send(broker, api_key, version, body)
+    if isinstance(result, Parked):
+        result = await result.wait()
+    return wire(request, api_key, version, result)
+
+
+def produce_body(version: int, records: dict[tuple[str, int], bytes | None], acks: int = -1
+                 ) -> Any:
+    m = mod(PRODUCE, version)
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), data in records.items():
+        topics.setdefault(topic, []).append(m.PartitionProduceData(index=partition, records=data))
+    return m.ProduceRequest(
+        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
+        topic_data=tuple(m.TopicProduceData(name=n, partition_data=tuple(p))
+                         for n, p in topics.items()))
+
+
+def fetch_body(version: int, wants: dict[tuple[str, int], int], *, min_bytes: int = 1,
+               max_wait_ms: int = 0, max_bytes: int = 1 << 20, partition_max: int = 1 << 20,
+               session_id: int = 0) -> Any:
+    m = mod(FETCH, version)
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), offset in wants.items():
+        topics.setdefault(topic, []).append(
+            m.FetchPartition(partition=partition, fetch_offset=offset,
+                             partition_max_bytes=partition_max))
+    fields: dict[str, Any] = dict(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes,
+        topics=tuple(m.FetchTopic(topic=n, partitions=tuple(p)) for n, p in topics.items()),
+        forgotten_topics_data=(), max_bytes=max_bytes, isolation_level=0)
+    if version >= 7:
+        fields.update(session_id=session_id, session_epoch=-1)
+    names = {f for f in m.FetchRequest.__dataclass_fields__}
+    return m.FetchRequest(**{k: v for k, v in fields.items() if k in names})
+
+
+def batch(*values: bytes, **kw: Any) -> bytes:
+    return rb.build_batch([(None, v, [], now_ms()) for v in values], **kw)
+
+
+def values(data: bytes) -> list[bytes | None]:
+    return [r.value for p, s in rb.iter_batches(data)
+            for r in rb.decode_records(data[p:p + s])]
+
+
+@pytest.mark.parametrize("version", [3, 5, 7, 9])
+async def test_produce_then_fetch(broker: Broker, version: int) -> None:
+    answer = await call(broker, PRODUCE, version, produce_body(
+        version, {("t", 0): batch(b"a", b"b"), ("t", 1): batch(b"c"), ("nope", 0): batch(b"x")}))
+    by_key = {(t.name, p.index): p for t in answer.responses for p in t.partition_responses}
+    assert by_key[("t", 0)].error_code is ErrorCode.none and by_key[("t", 0)].base_offset == 0
+    assert by_key[("t", 1)].base_offset == 0
+    assert by_key[("nope", 0)].error_code is ErrorCode.unknown_topic_or_partition
+    again = await call(broker, PRODUCE, version, produce_body(version, {("t", 0): batch(b"d")}))
+    assert again.responses[0].partition_responses[0].base_offset == 2
+    for fetch_version in (4, 11, 12):
+        got = await call(broker, FETCH, fetch_version, fetch_body(fetch_version, {("t", 0): 0}))
+        assert got.session_id == 0 if fetch_version >= 7 else True
+        part = got.responses[0].partitions[0]
+        assert part.error_code is ErrorCode.none and part.high_watermark == 3
+        assert values(part.records) == [b"a", b"b", b"d"]
+
+
+async def test_produce_errors(broker: Broker) -> None:
+    bad = bytearray(batch(b"x"))
+    bad[-1] ^= 0xFF
+    two = batch(b"1") + batch(b"2")
+    answer = await call(broker, PRODUCE, 9, produce_body(
+        9, {("t", 0): bytes(bad), ("t", 1): two}))
+    codes = [p.error_code for p in answer.responses[0].partition_responses]
+    assert codes == [ErrorCode.corrupt_message, ErrorCode.invalid_record]
+    answer = await call(broker, PRODUCE, 9, produce_body(9, {("t", 0): batch(b"x")}, acks=2))
+    assert answer.responses[0].partition_responses[0].error_code is \
+        ErrorCode.invalid_required_acks
+
+
+async def test_acks_zero(broker: Broker) -> None:
+    _, result = await send(broker, PRODUCE, 9, produce_body(9, {("t", 0): batch(b"x")}, acks=0))
+    assert result is NO_RESPONSE
+    assert broker.log_manager.get_partition("t", 0).log_end_offset == 1
+    with pytest.raises(CloseConnection):
+        await send(broker, PRODUCE, 9, produce_body(9, {("gone", 0): batch(b"x")}, acks=0))
+
+
+async def test_fetch_errors_and_sessions(broker: Broker) -> None:
+    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 5, ("x", 0): 0}))
+    codes = [p.error_code for t in got.responses for p in t.partitions]
+    assert codes == [ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition]
+    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 0}, session_id=77))
+    assert got.error_code is ErrorCode.fetch_session_id_not_found
+
+
+async def test_fetch_max_bytes_returns_whole_batches(broker: Broker) -> None:
+    for i in range(5):
+        await broker.log_manager.append("t", 0, batch(b"%d" % i * 100))
+    size = len(batch(b"0" * 100))
+    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 0, ("t", 1): 0},
+                                                   max_bytes=size * 2 + 10))
+    assert values(got.responses[0].partitions[0].records) == [b"0" * 100, b"1" * 100]
+    # partition_max_bytes below one batch: still one whole batch for the first partition
+    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 3}, partition_max=10))
+    assert values(got.responses[0].partitions[0].records) == [b"3" * 100]
+
+
+async def test_fetch_long_poll_is_parked_and_woken_by_append(
+        broker: Broker, autojump_clock: trio.testing.MockClock) -> None:
+    request, result = await send(broker, FETCH, 12, fetch_body(
+        12, {("t", 1): 0}, max_wait_ms=5000, min_bytes=1))
+    assert isinstance(result, Parked)
+    answers: list[Any] = []
+
+    async def waiter() -> None:
+        answers.append(await result.wait())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.sleep(1)
+        assert not answers
+        await broker.log_manager.append("t", 1, batch(b"wake"))
+    decoded = wire(request, FETCH, 12, answers[0])
+    assert values(decoded.responses[0].partitions[0].records) == [b"wake"]
+    assert trio.current_time() < 2
+
+
+async def test_fetch_long_poll_times_out_empty(
+        broker: Broker, autojump_clock: trio.testing.MockClock) -> None:
+    start = trio.current_time()
+    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 1): 0}, max_wait_ms=500))
+    assert got.responses[0].partitions[0].records in (b"", None)
+    assert trio.current_time() - start == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("version", [1, 4, 7])
+async def test_list_offsets(broker: Broker, version: int) -> None:
+    lm = broker.log_manager
+    for ts in (1000, 2000, 3000):
+        await lm.append("t", 0, rb.build_batch([(None, b"v", [], ts)]))
+    m = mod(LIST_OFFSETS, version)
+    stamps = [-2, -1, 2000, 9999] + ([-3] if version >= 7 else [])
+    results = []
+    for ts in stamps:
+        parts = (m.ListOffsetsPartition(partition_index=0, timestamp=ts, **(
+            {"current_leader_epoch": -1} if version >= 4 else {})),)
+        body = m.ListOffsetsRequest(replica_id=-1, topics=(m.ListOffsetsTopic(
+            name="t", partitions=parts),), **({"isolation_level": 0} if version >= 2 else {}))
+        got = await call(broker, LIST_OFFSETS, version, body)
+        part = got.topics[0].partitions[0]
+        assert part.error_code is ErrorCode.none
+        results.append((part.offset, part.timestamp))
+    expected = [(0, -1), (3, -1), (1, 2000), (-1, -1)] + ([(2, 3000)] if version >= 7 else [])
+    assert results == expected
+
+
+async def test_init_producer_id_and_idempotent_produce(broker: Broker) -> None:
+    m = mod(INIT_PID, 4)
+    body = m.InitProducerIdRequest(transactional_id=None,
+                                   transaction_timeout=datetime.timedelta(seconds=60))
+    first = await call(broker, INIT_PID, 4, body)
+    second = await call(broker, INIT_PID, 4, body)
+    assert first.error_code is ErrorCode.none and first.producer_epoch == 0
+    assert second.producer_id > first.producer_id
+    pid = int(first.producer_id)
+    data = batch(b"once", producer_id=pid, producer_epoch=0, base_sequence=0)
+    for _ in range(2):
+        answer = await call(broker, PRODUCE, 9, produce_body(9, {("t", 0): data}))
+        assert answer.responses[0].partition_responses[0].base_offset == 0
+    gap = batch(b"gap", producer_id=pid, producer_epoch=0, base_sequence=5)
+    answer = await call(broker, PRODUCE, 9, produce_body(9, {("t", 0): gap}))
+    assert answer.responses[0].partition_responses[0].error_code is \
+        ErrorCode.out_of_order_sequence_number
+    transactional = await call(broker, INIT_PID, 4, m.InitProducerIdRequest(
+        transactional_id="tx", transaction_timeout=datetime.timedelta(seconds=60)))
+    assert transactional.error_code is not ErrorCode.none
+
+
+async def test_offset_for_leader_epoch(broker: Broker) -> None:
+    await broker.log_manager.append("t", 1, batch(b"a", b"b"))
+    m = mod(OFFSET_FOR_EPOCH, 4)
+    body = m.OffsetForLeaderEpochRequest(replica_id=-1, topics=(
+        m.OffsetForLeaderTopic(topic="t", partitions=(
+            m.OffsetForLeaderPartition(partition=1, current_leader_epoch=0, leader_epoch=0),
+            m.OffsetForLeaderPartition(partition=9, current_leader_epoch=0, leader_epoch=0))),))
+    got = await call(broker, OFFSET_FOR_EPOCH, 4, body)
+    ok, missing = got.topics[0].partitions
+    assert (ok.error_code, ok.leader_epoch, ok.end_offset) == (ErrorCode.none, 0, 2)
+    assert missing.error_code is ErrorCode.unknown_topic_or_partition
