@@ -52,6 +52,7 @@ CONNECTION_FIELDS: Mapping[str, str] = {
 }
 
 _LISTENER = {"listener": STRING}
+_GROUP = {**CONNECTION_FIELDS, "group_id": STRING}
 
 #: The canonical per-request line, with Kafka's request-time breakdown in milliseconds.
 REQUEST_FIELDS: Mapping[str, str] = {
@@ -162,6 +163,44 @@ _EVENT_LIST = [
           {**CONNECTION_FIELDS, "topic": STRING, "partitions": LONG}),
     _spec("stray_partition_removed", "A partition directory of no known topic was removed.",
           {"directory": STRING}, "warning"),
+    # -- consumer groups (connection fields are present when a request caused the event)
+    _spec("group_join", "A member's JoinGroup was accepted (it waits for the rebalance).",
+          {**_GROUP, "member_id": STRING, "group_instance_id": STRING,
+           "client_id": STRING, "client_host": STRING, "protocol_type": STRING,
+           "protocols": STRING, "session_timeout_ms": LONG, "rebalance_timeout_ms": LONG,
+           "generation": LONG, "state": STRING, "reason": STRING}),
+    _spec("group_sync", "A member's SyncGroup was accepted.",
+          {**_GROUP, "member_id": STRING, "generation": LONG, "leader": BOOLEAN,
+           "state": STRING}),
+    _spec("rebalance_started", "A group started a rebalance (PreparingRebalance).",
+          {**_GROUP, "reason": STRING, "generation": LONG, "members": LONG,
+           "previous_state": STRING}),
+    _spec("rebalance_completed", "A rebalance ended: the group is Stable (or Empty).",
+          {**_GROUP, "generation": LONG, "protocol": STRING, "leader": STRING,
+           "members": LONG, "state": STRING, "duration_ms": DOUBLE}),
+    _spec("member_expired", "The coordinator removed a member that missed a deadline.",
+          {**_GROUP, "member_id": STRING, "group_instance_id": STRING,
+           "reason": STRING, "state": STRING}),
+    _spec("member_left", "A member left the group (LeaveGroup).",
+          {**_GROUP, "member_id": STRING, "group_instance_id": STRING,
+           "reason": STRING}),
+    _spec("static_member_replaced", "A static member rejoined and got a new member id.",
+          {**_GROUP, "group_instance_id": STRING, "old_member_id": STRING,
+           "member_id": STRING, "rebalance": BOOLEAN}),
+    _spec("group_state_changed", "A group moved to another state.",
+          {**_GROUP, "old_state": STRING, "new_state": STRING, "generation": LONG}),
+    _spec("offsets_committed", "Offsets were committed for a group.",
+          {**_GROUP, "member_id": STRING, "generation": LONG, "partitions": LONG,
+           "errors": LONG}, "debug"),
+    _spec("offsets_expired", "offsets.retention.minutes expired offsets of a group.",
+          {**_GROUP, "partitions": LONG, "state": STRING}),
+    _spec("group_deleted", "A group and its offsets were removed.",
+          {**_GROUP, "reason": STRING}),
+    _spec("groups_loaded", "The coordinator loaded groups and offsets from __consumer_offsets.",
+          {"partitions": LONG, "groups": LONG, "offsets": LONG, "records": LONG,
+           "duration_ms": DOUBLE}),
+    _spec("coordinator_write_failed", "Writing to __consumer_offsets failed.",
+          {**CONNECTION_FIELDS, "partition": LONG, "error": STRING}, "error"),
 ]
 
 #: Every declared event, by name.

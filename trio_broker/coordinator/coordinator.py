@@ -1,0 +1,1170 @@
+"""The classic group coordinator: Kafka's ``GroupCoordinator`` on Trio.
+
+All group state changes are synchronous (no ``await`` while a group is inconsistent), so no locks
+are needed. What waits is expressed with Trio primitives:
+
+* a JoinGroup or SyncGroup that must wait for the rest of the group returns a :class:`Pending`
+  that the handler parks on (``ctx.park``), so no handler task is held;
+* every deadline is a cancel scope in a task of the coordinator's own nursery: one per member
+  (session timeout; a heartbeat moves the deadline), one per member id handed out with
+  MEMBER_ID_REQUIRED, one per group for the join phase (rebalance timeout, or
+  ``group.initial.rebalance.delay.ms`` for an empty group) and one for the sync phase;
+* writes to ``__consumer_offsets`` go through one writer task, in the order the state changed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+from kio.schema.errors import ErrorCode
+
+from ..config import BrokerConfig
+from ..observability.log import emit
+from .group import (
+    VALID_PREVIOUS_STATES,
+    CommittedOffset,
+    Group,
+    GroupState,
+    JoinResult,
+    Member,
+    Pending,
+    SyncResult,
+)
+from .records import (
+    OFFSETS_TOPIC,
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    build_batch,
+    decode_batch,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    iter_batches,
+    partition_for,
+)
+
+E = ErrorCode
+
+#: How long a new member may wait in its first join before it is dropped (Kafka's
+#: ``GroupCoordinator.NewMemberJoinTimeoutMs``).
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+
+#: Largest read while loading ``__consumer_offsets``.
+_LOAD_READ_BYTES = 4 * 1024 * 1024
+
+TopicPartition = tuple[str, int]
+
+#: Topic configs of ``__consumer_offsets`` (Kafka's segment size for it; nothing expires).
+OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1",
+                         "segment.bytes": "104857600"}
+
+
+@attrs.frozen
+class OffsetCommitEntry:
+    """One partition of an OffsetCommit request."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@attrs.frozen
+class MemberSummary:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@attrs.frozen
+class GroupSummary:
+    """DescribeGroups' view of one group."""
+
+    error: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberSummary, ...]
+
+
+@attrs.frozen
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@attrs.frozen
+class _Write:
+    partition: int
+    batch: bytes
+    done: Pending[int]
+
+
+def _now() -> float:
+    return trio.current_time()
+
+
+class GroupCoordinator:
+    """The broker's group coordinator (one node: it coordinates every group).
+
+    ``load()`` reads ``__consumer_offsets`` (creating it when missing); ``run()`` owns the timers
+    and the writer task and must be running while requests are served::
+
+        coordinator = GroupCoordinator(config, log_manager)
+        await nursery.start(coordinator.run)   # loads first if load() was not called
+    """
+
+    def __init__(self, config: BrokerConfig, log_manager: Any, *,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.log_manager = log_manager
+        self._wall_clock = wall_clock
+        self._groups: dict[str, Group] = {}
+        self._loaded = False
+        self._nursery: trio.Nursery | None = None
+        self._write_send, self._write_receive = trio.open_memory_channel[_Write](math.inf)
+        self._num_partitions = config.offsets_topic_num_partitions
+
+    # ------------------------------------------------------------------ life cycle
+    @property
+    def groups(self) -> Mapping[str, Group]:
+        """Every group this coordinator knows (read-only view, for tests and tools)."""
+        return self._groups
+
+    @property
+    def is_active(self) -> bool:
+        """Loaded and running: requests can be served."""
+        return self._loaded and self._nursery is not None
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self._num_partitions)
+
+    def _now_ms(self) -> int:
+        return int(self._wall_clock() * 1000)
+
+    def load(self) -> None:
+        """Create ``__consumer_offsets`` if needed and rebuild groups and offsets from it."""
+        if self._loaded:
+            return
+        started = time.perf_counter()
+        lm = self.log_manager
+        info = lm.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            # Kafka compacts this topic; without compaction here, time and size retention
+            # must never delete committed offsets, so both are off for it.
+            info = lm.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
+                                   OFFSETS_TOPIC_CONFIGS, internal=True)
+        self._num_partitions = info.num_partitions
+        offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        metadata: dict[str, GroupValue | None] = {}
+        records = 0
+        for partition in range(self._num_partitions):
+            for record in self._read_partition(partition):
+                records += 1
+                try:
+                    if record.key is None:
+                        continue
+                    key = decode_key(record.key)
+                    if isinstance(key, OffsetKey):
+                        group_offsets = offsets.setdefault(key.group_id, {})
+                        tp = (key.topic, key.partition)
+                        if record.value is None:
+                            group_offsets.pop(tp, None)
+                        else:
+                            value = decode_offset_value(record.value)
+                            group_offsets[tp] = CommittedOffset(
+                                value.offset, value.leader_epoch, value.metadata,
+                                value.commit_timestamp_ms)
+                    else:
+                        metadata[key.group_id] = (None if record.value is None
+                                                  else decode_group_value(record.value))
+                except ValueError:
+                    continue  # a record we cannot read is skipped, as Kafka skips unknown keys
+        count = 0
+        for group_id in sorted(set(offsets) | set(metadata)):
+            group_offsets = offsets.get(group_id, {})
+            group_value = metadata.get(group_id)
+            if group_value is None and not group_offsets:
+                continue
+            self._groups[group_id] = self._restore_group(group_id, group_value, group_offsets)
+            count += 1
+        self._loaded = True
+        emit("groups_loaded", partitions=self._num_partitions, groups=count,
+             offsets=sum(len(o) for o in offsets.values()), records=records,
+             duration_ms=round((time.perf_counter() - started) * 1000, 3))
+
+    def _read_partition(self, partition: int) -> Iterable[Any]:
+        lm = self.log_manager
+        log = lm.get_partition(OFFSETS_TOPIC, partition)
+        if log is None:
+            return
+        offset = 0
+        while True:
+            result = lm.read(OFFSETS_TOPIC, partition, offset, _LOAD_READ_BYTES)
+            offset = max(offset, result.log_start_offset)
+            if not result.records:
+                break
+            advanced = False
+            for _base, last, batch in iter_batches(bytes(result.records)):
+                if last < offset:
+                    continue
+                try:
+                    stored = decode_batch(batch)
+                except ValueError:
+                    stored = []
+                for record in stored:
+                    if record.offset >= offset:
+                        yield record
+                offset = last + 1
+                advanced = True
+            if not advanced or offset >= result.high_watermark:
+                break
+
+    def _restore_group(self, group_id: str, value: GroupValue | None,
+                       offsets: dict[TopicPartition, CommittedOffset]) -> Group:
+        group = Group(group_id, state_timestamp_ms=self._now_ms())
+        group.offsets = dict(offsets)
+        if value is not None:
+            group.generation_id = value.generation_id
+            group.protocol_type = value.protocol_type or None
+            group.protocol_name = value.protocol_name
+            if value.state_timestamp_ms >= 0:
+                group.state_timestamp_ms = value.state_timestamp_ms
+            for m in value.members:
+                member = Member(
+                    member_id=m.member_id, group_instance_id=m.group_instance_id,
+                    client_id=m.client_id, client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    session_timeout_ms=m.session_timeout_ms,
+                    protocol_type=value.protocol_type,
+                    protocols=[(value.protocol_name or "", m.subscription)],
+                    assignment=m.assignment)
+                group.add_member(member)
+            group.protocol_type = value.protocol_type or None
+            group.leader_id = value.leader_id if value.leader_id in group.members else \
+                next(iter(group.members), None)
+            if group.members:
+                group.state = GroupState.STABLE
+                group.subscribed_topics = group.compute_subscribed_topics()
+        return group
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Own the timers, the writer and offset expiry until cancelled."""
+        if not self._loaded:
+            self.load()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._expire_offsets_periodically)
+                for group in self._groups.values():
+                    for member in group.members.values():
+                        self._start_member_timer(group, member, member.session_timeout_ms)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            # Whoever still waits learns that this node no longer coordinates the group.
+            for group in self._groups.values():
+                for member in group.members.values():
+                    if member.join_waiter is not None:
+                        member.join_waiter.set(JoinResult(E.not_coordinator, member.member_id))
+                    if member.sync_waiter is not None:
+                        member.sync_waiter.set(SyncResult(E.not_coordinator))
+
+    @property
+    def _tasks(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise RuntimeError("the group coordinator is not running")
+        return self._nursery
+
+    # ---------------------------------------------------------------------- writes
+    def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Pending[int]:
+        done: Pending[int] = Pending()
+        self._write_send.send_nowait(_Write(partition, build_batch(records, self._now_ms()), done))
+        return done
+
+    async def _writer(self) -> None:
+        async for item in self._write_receive:
+            try:
+                await self.log_manager.append(OFFSETS_TOPIC, item.partition, item.batch,
+                                              producer_check=False)
+            except Exception as exc:  # storage failures become retriable coordinator errors
+                code = getattr(exc, "error_code", None)
+                emit("coordinator_write_failed", partition=item.partition, error=repr(exc))
+                item.done.set(E.invalid_commit_offset_size if code == E.message_too_large
+                              else E.coordinator_not_available)
+            else:
+                item.done.set(E.none)
+
+    def _group_record(self, group: Group, assignment: Mapping[str, bytes] | None = None
+                      ) -> tuple[bytes, bytes | None]:
+        members = []
+        for member in group.members.values():
+            try:
+                subscription = member.metadata_for(group.protocol_name or "")
+            except KeyError:
+                subscription = b""
+            members.append(MemberValue(
+                member.member_id, member.group_instance_id, member.client_id, member.client_host,
+                member.rebalance_timeout_ms, member.session_timeout_ms, subscription,
+                (assignment or {}).get(member.member_id, member.assignment)))
+        value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name,
+                           group.leader_id, group.state_timestamp_ms, tuple(members))
+        return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)
+
+    def _store_group(self, group: Group, assignment: Mapping[str, bytes] | None = None
+                     ) -> Pending[int]:
+        return self._enqueue(self.partition_for(group.group_id),
+                             [self._group_record(group, assignment)])
+
+    # ------------------------------------------------------------------- states
+    def _transition(self, group: Group, new_state: GroupState) -> None:
+        old = group.state
+        if old not in VALID_PREVIOUS_STATES[new_state]:
+            raise RuntimeError(f"group {group.group_id}: illegal transition {old.value} -> "
+                               f"{new_state.value}")
+        group.state = new_state
+        group.state_timestamp_ms = self._now_ms()
+        emit("group_state_changed", group_id=group.group_id, old_state=old.value,
+             new_state=new_state.value, generation=group.generation_id)
+
+    # --------------------------------------------------------------------- timers
+    def _start_member_timer(self, group: Group, member: Member, timeout_ms: int) -> None:
+        member.timer = trio.CancelScope(deadline=_now() + timeout_ms / 1000)
+        self._tasks.start_soon(self._watch_member, group, member)
+
+    def _touch(self, member: Member, timeout_ms: int | None = None) -> None:
+        """A sign of life: move the member's session deadline (the timer task keeps running)."""
+        if member.timer is not None:
+            member.timer.deadline = _now() + (timeout_ms or member.session_timeout_ms) / 1000
+
+    async def _watch_member(self, group: Group, member: Member) -> None:
+        with member.lifetime:
+            while True:
+                scope = member.timer
+                assert scope is not None
+                with scope:
+                    await trio.sleep_forever()
+                if group.members.get(member.member_id) is not member:
+                    return
+                if scope.deadline > _now():
+                    # A heartbeat moved the deadline just as it expired: keep watching.
+                    member.timer = trio.CancelScope(deadline=scope.deadline)
+                    continue
+                if not member.is_new and (member.awaiting_join or member.awaiting_sync):
+                    # Members waiting in a rebalance are bounded by the rebalance timeout.
+                    member.timer = trio.CancelScope(
+                        deadline=_now() + member.session_timeout_ms / 1000)
+                    continue
+                reason = "new_member_join_timeout" if member.is_new else "session_timeout"
+                emit("member_expired", group_id=group.group_id, member_id=member.member_id,
+                     group_instance_id=member.group_instance_id or "", reason=reason,
+                     state=group.state.value)
+                self._remove_member_and_update_group(group, member, f"{reason} of "
+                                                     f"{member.member_id}")
+                return
+
+    def _stop_member(self, member: Member) -> None:
+        member.lifetime.cancel()
+
+    async def _watch_pending_member(self, group: Group, member_id: str,
+                                    scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if group.pending_members.get(member_id) is scope:
+            del group.pending_members[member_id]
+            emit("member_expired", group_id=group.group_id, member_id=member_id,
+                 group_instance_id="", reason="pending_member_timeout", state=group.state.value)
+            self._try_complete_join(group)
+
+    def _start_join_timer(self, group: Group, delay_ms: int, *, initial: bool,
+                          remaining_ms: int = 0) -> None:
+        scope = trio.CancelScope(deadline=_now() + delay_ms / 1000)
+        group.join_timer = scope
+        group.join_is_initial = initial
+        self._tasks.start_soon(self._watch_join, group, scope, initial, remaining_ms)
+
+    def _cancel_join_timer(self, group: Group) -> None:
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        group.join_is_initial = False
+
+    async def _watch_join(self, group: Group, scope: trio.CancelScope, initial: bool,
+                          remaining_ms: int) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if group.join_timer is not scope or group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if initial and group.new_member_added and remaining_ms > 0:
+            # Kafka's InitialDelayedJoin: members keep arriving, wait a little longer.
+            group.new_member_added = False
+            delay = min(self.config.group_initial_rebalance_delay_ms, remaining_ms)
+            self._start_join_timer(group, delay, initial=True, remaining_ms=remaining_ms - delay)
+            return
+        self._complete_join(group)
+
+    def _start_sync_timer(self, group: Group) -> None:
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+        scope = trio.CancelScope(deadline=_now() + group.rebalance_timeout_ms / 1000)
+        group.sync_timer = scope
+        self._tasks.start_soon(self._watch_sync, group, scope, group.generation_id)
+
+    async def _watch_sync(self, group: Group, scope: trio.CancelScope, generation: int) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if group.sync_timer is not scope or group.generation_id != generation:
+            return
+        group.sync_timer = None
+        if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        missing = [group.members[m] for m in sorted(group.pending_sync) if m in group.members]
+        if not missing:
+            return
+        for member in missing:
+            emit("member_expired", group_id=group.group_id, member_id=member.member_id,
+                 group_instance_id=member.group_instance_id or "", reason="sync_timeout",
+                 state=group.state.value)
+            self._drop_member(group, member)
+        self._prepare_rebalance(
+            group, "members did not sync within the rebalance timeout: "
+            + ",".join(m.member_id for m in missing))
+
+    # ------------------------------------------------------------------- rebalances
+    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        previous = group.state
+        if previous is GroupState.COMPLETING_REBALANCE:
+            self._reset_and_propagate_assignment_error(group, E.rebalance_in_progress)
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+        group.pending_sync.clear()
+        self._transition(group, GroupState.PREPARING_REBALANCE)
+        group.rebalance_started_at = _now()
+        emit("rebalance_started", group_id=group.group_id, reason=reason,
+             generation=group.generation_id, members=len(group.members),
+             previous_state=previous.value)
+        self._cancel_join_timer(group)
+        if previous is GroupState.EMPTY:
+            delay = self.config.group_initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms - delay, 0)
+            group.new_member_added = False
+            self._start_join_timer(group, delay, initial=True, remaining_ms=remaining)
+        else:
+            self._start_join_timer(group, group.rebalance_timeout_ms, initial=False)
+
+    def _try_complete_join(self, group: Group) -> None:
+        """Complete the join phase early once everyone has rejoined (not during the initial delay)."""
+        if group.state is GroupState.PREPARING_REBALANCE and not group.join_is_initial \
+                and group.all_members_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        """Kafka's ``onCompleteJoin``: drop who did not rejoin, start the next generation."""
+        self._cancel_join_timer(group)
+        for member in group.not_yet_rejoined():
+            if not member.is_static:
+                emit("member_expired", group_id=group.group_id, member_id=member.member_id,
+                     group_instance_id="", reason="rebalance_timeout", state=group.state.value)
+                self._drop_member(group, member)
+        if group.state is GroupState.DEAD:
+            return
+        if group.members and not self._elect_joined_leader(group):
+            # Only static members that have not rejoined remain: wait for them (or for their
+            # session timeouts) another rebalance timeout.
+            self._start_join_timer(group, group.rebalance_timeout_ms, initial=False)
+            return
+        group.generation_id += 1
+        if group.members:
+            group.protocol_name = group.select_protocol()
+            group.subscribed_topics = group.compute_subscribed_topics()
+            self._transition(group, GroupState.COMPLETING_REBALANCE)
+        else:
+            group.protocol_name = None
+            group.subscribed_topics = None
+            self._transition(group, GroupState.EMPTY)
+        if group.state is GroupState.EMPTY:
+            self._store_group(group, {})
+            self._emit_rebalance_completed(group)
+            return
+        protocol = group.protocol_name or ""
+        leader_view = tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
+                            for m in group.members.values())
+        group.pending_sync = set(group.members)
+        for member in group.members.values():
+            if member.join_waiter is not None and not member.join_waiter.done:
+                member.join_waiter.set(JoinResult(
+                    E.none, member.member_id, group.generation_id, group.protocol_type,
+                    protocol, group.leader_id or "",
+                    leader_view if group.is_leader(member.member_id) else ()))
+            member.is_new = False
+            self._touch(member)
+        self._start_sync_timer(group)
+
+    def _elect_joined_leader(self, group: Group) -> bool:
+        leader = group.members.get(group.leader_id or "")
+        if leader is not None and leader.awaiting_join:
+            return True
+        for member in group.members.values():
+            if member.awaiting_join:
+                group.leader_id = member.member_id
+                return True
+        return False
+
+    def _emit_rebalance_completed(self, group: Group) -> None:
+        emit("rebalance_completed", group_id=group.group_id, generation=group.generation_id,
+             protocol=group.protocol_name or "", leader=group.leader_id or "",
+             members=len(group.members), state=group.state.value,
+             duration_ms=round((_now() - group.rebalance_started_at) * 1000, 3))
+
+    def _reset_and_propagate_assignment_error(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            if member.sync_waiter is not None:
+                member.sync_waiter.set(SyncResult(error))
+                member.sync_waiter = None
+
+    def _drop_member(self, group: Group, member: Member) -> None:
+        """Remove a member without triggering anything (callers decide what follows)."""
+        self._stop_member(member)
+        if member.join_waiter is not None:
+            member.join_waiter.set(JoinResult(E.unknown_member_id, member.member_id))
+        if member.sync_waiter is not None:
+            member.sync_waiter.set(SyncResult(E.unknown_member_id))
+        group.remove_member(member.member_id)
+
+    def _remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
+        self._drop_member(group, member)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    # ------------------------------------------------------------------- JoinGroup
+    def join_group(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                   client_id: str, client_host: str, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: Sequence[tuple[str, bytes]], require_known_member_id: bool,
+                   reason: str | None = None) -> Pending[JoinResult]:
+        """Handle one JoinGroup. The result may be pending: the caller waits on it."""
+        protocol_list = [(name, bytes(metadata)) for name, metadata in protocols]
+
+        def fail(error: int, mid: str = member_id) -> Pending[JoinResult]:
+            return _done(JoinResult(error, mid))
+
+        if not self._loaded:
+            return fail(E.coordinator_load_in_progress)
+        if self._nursery is None:
+            return fail(E.coordinator_not_available)
+        if not group_id:
+            return fail(E.invalid_group_id)
+        if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
+                <= self.config.group_max_session_timeout_ms):
+            return fail(E.invalid_session_timeout)
+        group = self._groups.get(group_id)
+        if group is None:
+            if member_id:
+                return fail(E.unknown_member_id)
+            group = self._groups[group_id] = Group(group_id, state_timestamp_ms=self._now_ms())
+        if group.state is GroupState.DEAD:
+            return fail(E.coordinator_not_available)
+        known = member_id in group.members or group.static_member_id(group_instance_id) is not None
+        if not known and len(group.members) >= self.config.group_max_size:
+            return fail(E.group_max_size_reached)
+        if not group.supports_protocols(protocol_type, protocol_list):
+            return fail(E.inconsistent_group_protocol)
+        join = _JoinArgs(member_id, group_instance_id, client_id, client_host,
+                         session_timeout_ms, rebalance_timeout_ms, protocol_type, protocol_list,
+                         reason or "")
+        if not member_id:
+            result = self._join_new_member(group, join, require_known_member_id)
+        else:
+            result = self._join_current_member(group, join)
+        self._try_complete_join(group)
+        return result
+
+    def _join_new_member(self, group: Group, join: _JoinArgs, require_known_member_id: bool
+                         ) -> Pending[JoinResult]:
+        new_id = f"{join.group_instance_id or join.client_id}-{uuid.uuid4()}"
+        if join.group_instance_id is not None:
+            old_id = group.static_member_id(join.group_instance_id)
+            if old_id is not None:
+                return self._update_static_member(group, old_id, new_id, join)
+            return self._add_member_and_rebalance(group, new_id, join)
+        if require_known_member_id:
+            # KIP-394: hand out the id first; the member joins for real with it.
+            scope = trio.CancelScope(deadline=_now() + join.session_timeout_ms / 1000)
+            group.pending_members[new_id] = scope
+            self._tasks.start_soon(self._watch_pending_member, group, new_id, scope)
+            return _done(JoinResult(E.member_id_required, new_id))
+        return self._add_member_and_rebalance(group, new_id, join)
+
+    def _join_current_member(self, group: Group, join: _JoinArgs) -> Pending[JoinResult]:
+        member_id = join.member_id
+        if member_id in group.pending_members:
+            group.pending_members.pop(member_id).cancel()
+            return self._add_member_and_rebalance(group, member_id, join)
+        error = self._validate_member(group, member_id, join.group_instance_id)
+        if error:
+            return _done(JoinResult(error, member_id))
+        member = group.members[member_id]
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            return self._update_member_and_rebalance(group, member, join)
+        if state is GroupState.COMPLETING_REBALANCE:
+            if member.matches(join.protocols):
+                # A duplicate join (the response was lost): answer with the current generation.
+                return _done(self._current_join_result(group, member))
+            return self._update_member_and_rebalance(group, member, join)
+        if state is GroupState.STABLE:
+            if group.is_leader(member_id) or not member.matches(join.protocols):
+                return self._update_member_and_rebalance(group, member, join)
+            return _done(self._current_join_result(group, member))
+        return _done(JoinResult(E.unknown_member_id, member_id))
+
+    def _current_join_result(self, group: Group, member: Member) -> JoinResult:
+        protocol = group.protocol_name or ""
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if group.is_leader(member.member_id):
+            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
+                            for m in group.members.values())
+        return JoinResult(E.none, member.member_id, group.generation_id, group.protocol_type,
+                          protocol, group.leader_id or "", members)
+
+    def _validate_member(self, group: Group, member_id: str, instance_id: str | None) -> int:
+        """Kafka's ``validateCurrentMember``: fenced static instance, then unknown member."""
+        if instance_id is not None:
+            current = group.static_member_id(instance_id)
+            if current is not None and current != member_id:
+                return E.fenced_instance_id
+        if member_id not in group.members:
+            return E.unknown_member_id
+        return E.none
+
+    def _add_member_and_rebalance(self, group: Group, member_id: str, join: _JoinArgs
+                                  ) -> Pending[JoinResult]:
+        member = Member(
+            member_id=member_id, group_instance_id=join.group_instance_id,
+            client_id=join.client_id, client_host=join.client_host,
+            rebalance_timeout_ms=join.rebalance_timeout_ms,
+            session_timeout_ms=join.session_timeout_ms, protocol_type=join.protocol_type,
+            protocols=join.protocols, is_new=True)
+        waiter: Pending[JoinResult] = Pending()
+        member.join_waiter = waiter
+        group.add_member(member)
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True
+        self._start_member_timer(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._emit_join(group, member, join.reason)
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id}"
+                                      + (f" ({join.reason})" if join.reason else ""))
+        return waiter
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, join: _JoinArgs
+                                     ) -> Pending[JoinResult]:
+        self._update_member(member, join)
+        waiter = member.join_waiter
+        assert waiter is not None
+        self._emit_join(group, member, join.reason)
+        self._maybe_prepare_rebalance(group, f"updating metadata of member {member.member_id}"
+                                      + (f" ({join.reason})" if join.reason else ""))
+        return waiter
+
+    def _update_member(self, member: Member, join: _JoinArgs) -> None:
+        member.protocols = join.protocols
+        member.rebalance_timeout_ms = join.rebalance_timeout_ms
+        member.session_timeout_ms = join.session_timeout_ms
+        member.client_id = join.client_id
+        member.client_host = join.client_host
+        if member.join_waiter is not None and not member.join_waiter.done:
+            # The client gave up on its previous join and sent another one.
+            member.join_waiter.set(JoinResult(E.rebalance_in_progress, member.member_id))
+        member.join_waiter = Pending()
+
+    def _update_static_member(self, group: Group, old_id: str, new_id: str, join: _JoinArgs
+                              ) -> Pending[JoinResult]:
+        """Kafka's ``updateStaticMemberAndRebalance``: a restarted static member takes over."""
+        instance_id = join.group_instance_id
+        assert instance_id is not None
+        member = group.members[old_id]
+        current_leader = group.leader_id or ""
+        # The old incarnation is fenced: its waiting requests learn it.
+        if member.join_waiter is not None:
+            member.join_waiter.set(JoinResult(E.fenced_instance_id, old_id))
+        if member.sync_waiter is not None:
+            member.sync_waiter.set(SyncResult(E.fenced_instance_id))
+            member.sync_waiter = None
+        group.replace_static_member(instance_id, old_id, new_id)
+        old_protocols = member.protocols
+        self._update_member(member, join)
+        self._touch(member)
+        waiter = member.join_waiter
+        assert waiter is not None
+        state = group.state
+        rebalance = True
+        if state is GroupState.STABLE:
+            if group.protocol_name == group.select_protocol():
+                rebalance = False
+                # Keep the group as it is: persist the new member id and answer with the old
+                # leader id, so that no member (even if it was the leader) reassigns.
+                member.join_waiter = None
+                assignment = {m.member_id: m.assignment for m in group.members.values()}
+                done = self._store_group(group, assignment)
+                self._tasks.start_soon(self._answer_static_rejoin, group, member, waiter, done,
+                                       current_leader, old_id, old_protocols)
+            else:
+                self._maybe_prepare_rebalance(
+                    group, f"static member {instance_id} rejoined with other protocols")
+        elif state is GroupState.COMPLETING_REBALANCE:
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined during sync")
+        emit("static_member_replaced", group_id=group.group_id, group_instance_id=instance_id,
+             old_member_id=old_id, member_id=new_id, rebalance=rebalance)
+        return waiter
+
+    async def _answer_static_rejoin(self, group: Group, member: Member,
+                                    waiter: Pending[JoinResult], done: Pending[int],
+                                    leader: str, old_id: str,
+                                    old_protocols: list[tuple[str, bytes]]) -> None:
+        error = await done.wait()
+        if error:
+            # Kafka reverts the replacement when the write fails.
+            if group.members.get(member.member_id) is member and member.group_instance_id:
+                group.replace_static_member(member.group_instance_id, member.member_id, old_id)
+                member.protocols = old_protocols
+            waiter.set(JoinResult(error, member.member_id))
+            return
+        waiter.set(JoinResult(E.none, member.member_id, group.generation_id, group.protocol_type,
+                              group.protocol_name, leader, ()))
+
+    def _emit_join(self, group: Group, member: Member, reason: str) -> None:
+        emit("group_join", group_id=group.group_id, member_id=member.member_id,
+             group_instance_id=member.group_instance_id or "", client_id=member.client_id,
+             client_host=member.client_host, protocol_type=member.protocol_type,
+             protocols=",".join(member.protocol_names()),
+             session_timeout_ms=member.session_timeout_ms,
+             rebalance_timeout_ms=member.rebalance_timeout_ms, generation=group.generation_id,
+             state=group.state.value, reason=reason)
+
+    # ------------------------------------------------------------------- SyncGroup
+    def sync_group(self, *, group_id: str, generation_id: int, member_id: str,
+                   group_instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None, assignments: Mapping[str, bytes]
+                   ) -> Pending[SyncResult]:
+        """Handle one SyncGroup. The result may be pending: the caller waits on it."""
+        if not self._loaded:
+            return _done(SyncResult(E.coordinator_load_in_progress))
+        if self._nursery is None:
+            return _done(SyncResult(E.coordinator_not_available))
+        group = self._groups.get(group_id)
+        if group is None:
+            return _done(SyncResult(E.unknown_member_id))
+        if group.state is GroupState.DEAD:
+            return _done(SyncResult(E.coordinator_not_available))
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error:
+            return _done(SyncResult(error))
+        if generation_id != group.generation_id:
+            return _done(SyncResult(E.illegal_generation))
+        if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                (protocol_name is not None and protocol_name != group.protocol_name):
+            return _done(SyncResult(E.inconsistent_group_protocol))
+        member = group.members[member_id]
+        if group.state is GroupState.EMPTY:
+            return _done(SyncResult(E.unknown_member_id))
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return _done(SyncResult(E.rebalance_in_progress))
+        leader = group.is_leader(member_id)
+        emit("group_sync", group_id=group_id, member_id=member_id, generation=generation_id,
+             leader=leader, state=group.state.value)
+        group.pending_sync.discard(member_id)
+        self._touch(member)
+        if group.state is GroupState.STABLE:
+            return _done(SyncResult(E.none, member.assignment, group.protocol_type,
+                                    group.protocol_name))
+        # CompletingRebalance: wait for the leader's assignment.
+        if member.sync_waiter is not None:
+            member.sync_waiter.set(SyncResult(E.rebalance_in_progress))
+        waiter: Pending[SyncResult] = Pending()
+        member.sync_waiter = waiter
+        if leader:
+            assignment = {m: bytes(assignments.get(m, b"")) for m in group.members}
+            done = self._store_group(group, assignment)
+            self._tasks.start_soon(self._finish_leader_sync, group, group.generation_id,
+                                   assignment, done)
+        return waiter
+
+    async def _finish_leader_sync(self, group: Group, generation: int,
+                                  assignment: Mapping[str, bytes], done: Pending[int]) -> None:
+        error = await done.wait()
+        # Another member may have joined meanwhile: only this generation's sync may finish.
+        if group.state is not GroupState.COMPLETING_REBALANCE or \
+                group.generation_id != generation:
+            return
+        if error:
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(group, f"storing the assignment failed ({error})")
+            return
+        for member in group.members.values():
+            member.assignment = assignment.get(member.member_id, b"")
+            if member.sync_waiter is not None:
+                member.sync_waiter.set(SyncResult(E.none, member.assignment,
+                                                  group.protocol_type, group.protocol_name))
+                member.sync_waiter = None
+        self._transition(group, GroupState.STABLE)
+        self._emit_rebalance_completed(group)
+
+    # ------------------------------------------------------------------- Heartbeat
+    def heartbeat(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                  generation_id: int) -> int:
+        """Handle one Heartbeat; returns the error code."""
+        if not self._loaded:
+            return E.coordinator_load_in_progress
+        group = self._groups.get(group_id)
+        if group is None:
+            return E.unknown_member_id
+        if group.state is GroupState.DEAD:
+            return E.coordinator_not_available
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error:
+            return error
+        if generation_id != group.generation_id:
+            return E.illegal_generation
+        if group.state is GroupState.EMPTY:
+            return E.unknown_member_id
+        self._touch(group.members[member_id])
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return E.rebalance_in_progress
+        return E.none
+
+    # ------------------------------------------------------------------ LeaveGroup
+    def leave_group(self, group_id: str, members: Sequence[tuple[str, str | None, str | None]]
+                    ) -> tuple[int, list[int]]:
+        """Handle LeaveGroup for ``(member_id, group_instance_id, reason)`` entries.
+
+        Returns the top-level error and one error per entry.
+        """
+        if not self._loaded:
+            return E.coordinator_load_in_progress, [E.coordinator_load_in_progress] * len(members)
+        group = self._groups.get(group_id)
+        if group is None:
+            return E.none, [E.unknown_member_id] * len(members)
+        if group.state is GroupState.DEAD:
+            return E.coordinator_not_available, [E.coordinator_not_available] * len(members)
+        errors = []
+        for member_id, instance_id, reason in members:
+            errors.append(self._leave_one(group, member_id, instance_id, reason or ""))
+        return E.none, errors
+
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None,
+                   reason: str) -> int:
+        if not member_id:
+            # Administrative removal by group.instance.id (KIP-345).
+            current = group.static_member_id(instance_id)
+            if current is None:
+                return E.unknown_member_id
+            member_id = current
+        elif member_id in group.pending_members:
+            group.pending_members.pop(member_id).cancel()
+            emit("member_left", group_id=group.group_id, member_id=member_id,
+                 group_instance_id=instance_id or "", reason=reason or "pending member left")
+            self._try_complete_join(group)
+            return E.none
+        else:
+            error = self._validate_member(group, member_id, instance_id)
+            if error:
+                return error
+        member = group.members[member_id]
+        emit("member_left", group_id=group.group_id, member_id=member_id,
+             group_instance_id=member.group_instance_id or "", reason=reason)
+        self._remove_member_and_update_group(
+            group, member, f"member {member_id} left" + (f" ({reason})" if reason else ""))
+        return E.none
+
+    # ---------------------------------------------------------------- OffsetCommit
+    async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None,
+                             offsets: Mapping[TopicPartition, OffsetCommitEntry]
+                             ) -> dict[TopicPartition, int]:
+        """Commit offsets (members, or simple consumers with generation -1); per-partition errors."""
+
+        def everywhere(error: int) -> dict[TopicPartition, int]:
+            return dict.fromkeys(offsets, error)
+
+        if not self._loaded:
+            return everywhere(E.coordinator_load_in_progress)
+        if self._nursery is None:
+            return everywhere(E.coordinator_not_available)
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # The group is unknown, so this member's generation cannot be current.
+                return everywhere(E.illegal_generation)
+            group = self._groups[group_id] = Group(group_id, state_timestamp_ms=self._now_ms())
+        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error:
+            return everywhere(error)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return everywhere(E.rebalance_in_progress)
+        member = group.members.get(member_id)
+        if member is not None:
+            self._touch(member)
+        now = self._now_ms()
+        results: dict[TopicPartition, int] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        topics = self.log_manager.topics
+        for tp, entry in offsets.items():
+            metadata = entry.metadata or ""
+            info = topics.get(tp[0])
+            if info is None or not 0 <= tp[1] < info.num_partitions:
+                results[tp] = E.unknown_topic_or_partition
+            elif len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                results[tp] = E.offset_metadata_too_large
+            else:
+                accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
+        if accepted:
+            records: list[tuple[bytes, bytes | None]] = [
+                (encode_offset_key(OffsetKey(group_id, tp[0], tp[1])),
+                 encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
+                                                 c.commit_timestamp_ms)))
+                for tp, c in accepted.items()]
+            write_error = await self._enqueue(self.partition_for(group_id), records).wait()
+            if not write_error and self._groups.get(group_id) is group:
+                group.offsets.update(accepted)
+            for tp in accepted:
+                results[tp] = write_error
+        emit("offsets_committed", group_id=group_id, member_id=member_id,
+             generation=generation_id, partitions=len(offsets),
+             errors=sum(1 for e in results.values() if e))
+        return results
+
+    def _validate_offset_commit(self, group: Group, generation_id: int, member_id: str,
+                                instance_id: str | None) -> int:
+        if group.state is GroupState.DEAD:
+            return E.coordinator_not_available
+        if generation_id >= 0 or member_id or instance_id is not None:
+            error = self._validate_member(group, member_id, instance_id)
+            if error:
+                return error
+            if generation_id != group.generation_id:
+                return E.illegal_generation
+            return E.none
+        if group.state is not GroupState.EMPTY:
+            # Only members may commit while the group has members.
+            return E.unknown_member_id
+        return E.none
+
+    # ----------------------------------------------------------------- OffsetFetch
+    def fetch_offsets(self, group_id: str, partitions: Sequence[TopicPartition] | None
+                      ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:
+        """Committed offsets of ``partitions`` (all the group has when None)."""
+        if not self._loaded:
+            return E.coordinator_load_in_progress, {}
+        group = self._groups.get(group_id)
+        stored = group.offsets if group is not None and group.state is not GroupState.DEAD else {}
+        if partitions is None:
+            return E.none, dict(sorted(stored.items()))
+        return E.none, {tp: stored.get(tp) for tp in partitions}
+
+    # ---------------------------------------------------------------- OffsetDelete
+    async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]
+                             ) -> tuple[int, dict[TopicPartition, int]]:
+        """Delete committed offsets of partitions the group does not consume (KIP-496)."""
+        if not self._loaded:
+            return E.coordinator_load_in_progress, {}
+        if self._nursery is None:
+            return E.coordinator_not_available, {}
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return E.group_id_not_found, {}
+        if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
+            return E.non_empty_group, {}
+        results: dict[TopicPartition, int] = {}
+        deletable = []
+        topics = self.log_manager.topics
+        for tp in partitions:
+            info = topics.get(tp[0])
+            if info is None or not 0 <= tp[1] < info.num_partitions:
+                results[tp] = E.unknown_topic_or_partition
+            elif group.state is not GroupState.EMPTY and group.is_subscribed_to(tp[0]):
+                results[tp] = E.group_subscribed_to_topic
+            else:
+                results[tp] = E.none
+                deletable.append(tp)
+        present = [tp for tp in deletable if tp in group.offsets]
+        if present:
+            error = await self._write_offset_tombstones(group, present)
+            if error:
+                return error, {}
+            for tp in present:
+                group.offsets.pop(tp, None)
+        return E.none, results
+
+    async def _write_offset_tombstones(self, group: Group, partitions: Iterable[TopicPartition]
+                                       ) -> int:
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(OffsetKey(group.group_id, t, p)), None) for t, p in partitions]
+        if not records:
+            return E.none
+        return await self._enqueue(self.partition_for(group.group_id), records).wait()
+
+    # -------------------------------------------------------- ListGroups / Describe
+    def list_groups(self, states: Iterable[str] = ()) -> tuple[int, list[GroupListing]]:
+        if not self._loaded:
+            return E.coordinator_load_in_progress, []
+        wanted = {s.lower() for s in states}
+        listings = []
+        for group in self._groups.values():
+            if group.state is GroupState.DEAD:
+                continue
+            if wanted and group.state.value.lower() not in wanted:
+                continue
+            listings.append(GroupListing(group.group_id, group.protocol_type or "",
+                                         group.state.value))
+        return E.none, listings
+
+    def describe_group(self, group_id: str) -> GroupSummary:
+        if not self._loaded:
+            return GroupSummary(E.coordinator_load_in_progress, group_id, "", "", "", ())
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupSummary(E.none, group_id, GroupState.DEAD.value, "", "", ())
+        stable = group.state is GroupState.STABLE
+        protocol = group.protocol_name or ""
+        members = []
+        for m in group.members.values():
+            metadata = b""
+            if stable:
+                try:
+                    metadata = m.metadata_for(protocol)
+                except KeyError:
+                    metadata = b""
+            members.append(MemberSummary(m.member_id, m.group_instance_id, m.client_id,
+                                         m.client_host, metadata,
+                                         m.assignment if stable else b""))
+        return GroupSummary(E.none, group_id, group.state.value, group.protocol_type or "",
+                            protocol if stable else "", tuple(members))
+
+    # ---------------------------------------------------------------- DeleteGroups
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
+        results: dict[str, int] = {}
+        for group_id in group_ids:
+            results[group_id] = await self._delete_group(group_id)
+        return results
+
+    async def _delete_group(self, group_id: str) -> int:
+        if not self._loaded:
+            return E.coordinator_load_in_progress
+        if self._nursery is None:
+            return E.coordinator_not_available
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return E.group_id_not_found
+        if group.state is not GroupState.EMPTY:
+            return E.non_empty_group
+        error = self._remove_group(group, "DeleteGroups")
+        return await error.wait() if error is not None else E.none
+
+    def _remove_group(self, group: Group, reason: str) -> Pending[int] | None:
+        """Mark an empty group Dead, forget it and write its tombstones."""
+        self._transition(group, GroupState.DEAD)
+        del self._groups[group.group_id]
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
+            for t, p in sorted(group.offsets)]
+        records.append((encode_group_key(GroupKey(group.group_id)), None))
+        group.offsets.clear()
+        emit("group_deleted", group_id=group.group_id, reason=reason)
+        return self._enqueue(self.partition_for(group.group_id), records)
+
+    # -------------------------------------------------------------- offset expiry
+    async def _expire_offsets_periodically(self) -> None:
+        interval = self.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            self.expire_offsets()
+
+    def expire_offsets(self) -> int:
+        """Kafka's ``cleanupGroupMetadata``: expire old offsets, drop empty groups without any.
+
+        Returns how many offsets expired.
+        """
+        now = self._now_ms()
+        retention = self.config.offsets_retention_minutes * 60 * 1000
+        total = 0
+        for group in list(self._groups.values()):
+            expired = self._expired_offsets(group, now, retention)
+            if expired:
+                total += len(expired)
+                for tp in expired:
+                    del group.offsets[tp]
+                emit("offsets_expired", group_id=group.group_id, partitions=len(expired),
+                     state=group.state.value)
+            if group.state is GroupState.EMPTY and not group.offsets \
+                    and not group.pending_members:
+                self._remove_group(group, "offsets expired" if expired else "empty group")
+            elif expired:
+                self._enqueue(self.partition_for(group.group_id), [
+                    (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
+                    for t, p in expired])
+        return total
+
+    @staticmethod
+    def _expired_offsets(group: Group, now: int, retention: int) -> list[TopicPartition]:
+        if group.protocol_type is not None and group.state is GroupState.EMPTY:
+            # A consumer group that is now empty: everything expires together, counted from
+            # the moment it became empty.
+            return [tp for tp in group.offsets if now - group.state_timestamp_ms >= retention]
+        if group.protocol_type is None:
+            # Simple consumers: each offset counts from its own commit.
+            return [tp for tp, c in group.offsets.items()
+                    if now - c.commit_timestamp_ms >= retention]
+        if group.protocol_type == "consumer" and group.subscribed_topics is not None \
+                and group.state is GroupState.STABLE:
+            # Offsets of topics nobody subscribes to any more.
+            return [tp for tp, c in group.offsets.items()
+                    if tp[0] not in group.subscribed_topics
+                    and now - c.commit_timestamp_ms >= retention]
+        return []
+
+
+@attrs.frozen
+class _JoinArgs:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    reason: str
+
+
+def _done(value: Any) -> Any:
+    pending: Pending[Any] = Pending()
+    pending.set(value)
+    return pending

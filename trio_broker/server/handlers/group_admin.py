@@ -1,0 +1,84 @@
+"""ListGroups, DescribeGroups and DeleteGroups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..context import RequestContext
+from ..registry import api_handler
+from .group_common import build, coordinator, nested, response_class, throttle
+
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+
+#: Every classic group here is a "classic" group (KIP-848 names).
+GROUP_TYPE = "classic"
+#: READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): everything a group supports; there
+#: are no ACLs yet, so every client may do all of it.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+INT32_MIN = -(2**31)
+
+
+@api_handler(LIST_GROUPS, 0, 5)
+async def handle_list_groups(ctx: RequestContext, body: Any) -> Any:
+    cls = response_class(ctx)
+    listed_cls = nested(cls, "ListedGroup")
+    coord = coordinator(ctx)
+    if coord is None:
+        return build(cls, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.coordinator_not_available, groups=())
+    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    error, groups = coord.list_groups(getattr(body, "states_filter", ()))
+    if types and GROUP_TYPE not in types:
+        groups = []
+    return build(cls, throttle_time=throttle(ctx), error_code=ErrorCode(error),
+                 groups=tuple(build(listed_cls, group_id=g.group_id,
+                                    protocol_type=g.protocol_type, group_state=g.state,
+                                    group_type=GROUP_TYPE) for g in groups))
+
+
+@api_handler(DESCRIBE_GROUPS, 0, 5)
+async def handle_describe_groups(ctx: RequestContext, body: Any) -> Any:
+    cls = response_class(ctx)
+    group_cls = nested(cls, "DescribedGroup")
+    member_cls = nested(cls, "DescribedGroupMember")
+    coord = coordinator(ctx)
+    operations = GROUP_AUTHORIZED_OPERATIONS \
+        if getattr(body, "include_authorized_operations", False) else INT32_MIN
+    described = []
+    for group_id in body.groups:
+        if coord is None:
+            described.append(build(group_cls, error_code=ErrorCode.coordinator_not_available,
+                                   group_id=group_id, group_state="", protocol_type="",
+                                   protocol_data="", members=(),
+                                   authorized_operations=operations))
+            continue
+        summary = coord.describe_group(group_id)
+        described.append(build(
+            group_cls, error_code=ErrorCode(summary.error), group_id=group_id,
+            group_state=summary.state, protocol_type=summary.protocol_type,
+            protocol_data=summary.protocol_name,
+            members=tuple(build(member_cls, member_id=m.member_id,
+                                group_instance_id=m.group_instance_id, client_id=m.client_id,
+                                client_host=m.client_host, member_metadata=m.metadata,
+                                member_assignment=m.assignment) for m in summary.members),
+            authorized_operations=operations))
+    return build(cls, throttle_time=throttle(ctx), groups=tuple(described))
+
+
+@api_handler(DELETE_GROUPS, 0, 2)
+async def handle_delete_groups(ctx: RequestContext, body: Any) -> Any:
+    cls = response_class(ctx)
+    result_cls = nested(cls, "DeletableGroupResult")
+    coord = coordinator(ctx)
+    names = list(dict.fromkeys(body.groups_names))
+    if coord is None:
+        results = dict.fromkeys(names, ErrorCode.coordinator_not_available)
+    else:
+        results = await coord.delete_groups(names)
+    return build(cls, throttle_time=throttle(ctx),
+                 results=tuple(build(result_cls, group_id=name, error_code=ErrorCode(err))
+                               for name, err in results.items()))

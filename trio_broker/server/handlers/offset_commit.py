@@ -1,0 +1,120 @@
+"""OffsetCommit, OffsetFetch and OffsetDelete: committed offsets kept by the group coordinator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator import OffsetCommitEntry
+from ..context import RequestContext
+from ..registry import api_handler
+from .group_common import build, coordinator, nested, response_class, throttle
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+OFFSET_DELETE = 47
+
+#: What OffsetFetch answers for a partition without a committed offset.
+NO_OFFSET = -1
+
+
+# ---------------------------------------------------------------------- OffsetCommit
+@api_handler(OFFSET_COMMIT, 2, 8)
+async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
+    cls = response_class(ctx)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    partition_cls = nested(cls, "OffsetCommitResponsePartition")
+    offsets: dict[tuple[str, int], OffsetCommitEntry] = {}
+    for topic in body.topics:
+        for p in topic.partitions:
+            offsets[(topic.name, int(p.partition_index))] = OffsetCommitEntry(
+                int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+                p.committed_metadata)
+    coord = coordinator(ctx)
+    if coord is None:
+        errors = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
+    else:
+        errors = await coord.commit_offsets(
+            group_id=body.group_id, generation_id=int(body.generation_id_or_member_epoch),
+            member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None),
+            offsets=offsets)
+    topics = []
+    for topic in body.topics:
+        partitions = tuple(
+            build(partition_cls, partition_index=p.partition_index,
+                  error_code=ErrorCode(errors.get((topic.name, int(p.partition_index)), 0)))
+            for p in topic.partitions)
+        topics.append(build(topic_cls, name=topic.name, partitions=partitions))
+    return build(cls, throttle_time=throttle(ctx), topics=tuple(topics))
+
+
+# ----------------------------------------------------------------------- OffsetFetch
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type[Any],
+                 partition_cls: type[Any], index_field: str) -> tuple[int, tuple[Any, ...]]:
+    """``(error, topics)`` for one group; ``topics`` None means every committed partition."""
+    coord = coordinator(ctx)
+    wanted: list[tuple[str, int]] | None = None
+    if topics is not None:
+        wanted = [(t.name, int(i)) for t in topics for i in getattr(t, index_field)]
+    if coord is None:
+        error, found = int(ErrorCode.coordinator_not_available), {}
+    else:
+        error, found = coord.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[Any]] = {}
+    keys = wanted if wanted is not None else list(found)
+    for topic, partition in keys:
+        committed = found.get((topic, partition))
+        by_topic.setdefault(topic, []).append(build(
+            partition_cls, partition_index=partition,
+            committed_offset=committed.offset if committed else NO_OFFSET,
+            committed_leader_epoch=committed.leader_epoch if committed else -1,
+            metadata=committed.metadata if committed else "",
+            # Before v2 there is no top-level error: each partition carries it.
+            error_code=ErrorCode(error if ctx.api_version < 2 else 0)))
+    return error, tuple(build(topic_cls, name=name, partitions=tuple(parts))
+                        for name, parts in by_topic.items())
+
+
+@api_handler(OFFSET_FETCH, 1, 8)
+async def handle_offset_fetch(ctx: RequestContext, body: Any) -> Any:
+    cls = response_class(ctx)
+    if ctx.api_version >= 8:
+        group_cls = nested(cls, "OffsetFetchResponseGroup")
+        topic_cls = nested(cls, "OffsetFetchResponseTopics")
+        partition_cls = nested(cls, "OffsetFetchResponsePartitions")
+        groups = []
+        for group in body.groups:
+            error, topics = _fetch_group(ctx, group.group_id, group.topics, topic_cls,
+                                         partition_cls, "partition_indexes")
+            groups.append(build(group_cls, group_id=group.group_id, topics=topics,
+                                error_code=ErrorCode(error)))
+        return build(cls, throttle_time=throttle(ctx), groups=tuple(groups))
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    partition_cls = nested(cls, "OffsetFetchResponsePartition")
+    error, topics = _fetch_group(ctx, body.group_id, body.topics, topic_cls, partition_cls,
+                                 "partition_indexes")
+    return build(cls, throttle_time=throttle(ctx), topics=topics, error_code=ErrorCode(error))
+
+
+# ---------------------------------------------------------------------- OffsetDelete
+@api_handler(OFFSET_DELETE, 0, 0)
+async def handle_offset_delete(ctx: RequestContext, body: Any) -> Any:
+    cls = response_class(ctx)
+    topic_cls = nested(cls, "OffsetDeleteResponseTopic")
+    partition_cls = nested(cls, "OffsetDeleteResponsePartition")
+    wanted = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
+    coord = coordinator(ctx)
+    if coord is None:
+        error, results = int(ErrorCode.coordinator_not_available), {}
+    else:
+        error, results = await coord.delete_offsets(body.group_id, wanted)
+    topics = []
+    if not error:
+        for topic in body.topics:
+            topics.append(build(topic_cls, name=topic.name, partitions=tuple(
+                build(partition_cls, partition_index=p.partition_index,
+                      error_code=ErrorCode(results.get((topic.name, int(p.partition_index)), 0)))
+                for p in topic.partitions)))
+    return build(cls, error_code=ErrorCode(error), throttle_time=throttle(ctx),
+                 topics=tuple(topics))
