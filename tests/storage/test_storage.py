@@ -332,3 +332,11 @@ async def test_topic_admin(tmp_path: Path) -> None:
     lm = reopen(lm)
     assert "a.b" not in lm.topics
     lm.close()
+
+
+def test_a_second_manager_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    with pytest.raises(se.KafkaStorageError):
+        make(tmp_path)
+    lm.close()
+    make(tmp_path).close()  # released at close

@@ -12,6 +12,7 @@ On-disk layout under ``config.data_dir`` (Kafka's, plus one JSON file for topic 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from ..observability.log import emit
 from .errors import (
     InvalidPartitions,
     InvalidTopic,
+    KafkaStorageError,
     OffsetOutOfRange,
     StorageError,
     TopicAlreadyExists,
@@ -47,6 +49,7 @@ from .topic_config import (
 )
 
 TOPICS_FILE = "topics.json"
+LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 PRODUCER_ID_FILE = "producer-id-block"
@@ -99,12 +102,14 @@ class LogManager:
         self._producer_ids: ProducerIdAllocator | None = None
         self.clean_shutdown = False
         self._opened = False
+        self._lock_fd: int | None = None
 
     # ------------------------------------------------------------------------- life cycle
     def open(self) -> None:
         """Create the data directory, load topics, recover logs after a crash."""
         started = time.perf_counter()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         points = self._read_recovery_points()
@@ -122,6 +127,24 @@ class LogManager:
         emit("log_manager_opened", data_dir=str(self.data_dir), topics=len(self._topics),
              partitions=len(self._logs), clean_shutdown=self.clean_shutdown,
              duration_ms=(time.perf_counter() - started) * 1000)
+
+    def _lock_data_dir(self) -> None:
+        """Kafka's ``.lock``: a second broker on the same directory would corrupt it (and its
+        clean-shutdown marker would hide the first one's crash), so refuse to start."""
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"Failed to acquire lock on {self.data_dir / LOCK_FILE}: another process is "
+                "using this data directory") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _open_log(self, topic: str, partition: int, recovery_point: int | None) -> PartitionLog:
         log = PartitionLog(topic, partition, self.data_dir / f"{topic}-{partition}",
@@ -247,6 +270,7 @@ class LogManager:
             (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
         self._logs.clear()
         self._opened = False
+        self._release_lock()
 
     # ----------------------------------------------------------------------------- topics
     @property
