@@ -23,10 +23,16 @@ def make(tmp_path: Path, **overrides: str) -> LogManager:
     return lm
 
 
-def reopen(lm: LogManager, *, crash: bool = False) -> LogManager:
-    if crash:
-        for log in lm.all_partitions():
-            log.close()
+def crash(lm: LogManager) -> None:
+    """What a killed process leaves: files closed, no clean-shutdown marker, lock released."""
+    for log in lm.all_partitions():
+        log.close()
+    lm._release_lock()
+
+
+def reopen(lm: LogManager, *, after_crash: bool = False) -> LogManager:
+    if after_crash:
+        crash(lm)
     else:
         lm.close()
     fresh = LogManager(lm.config)
@@ -205,8 +211,7 @@ async def test_crash_recovery_truncates_a_bad_tail(tmp_path: Path, damage: str) 
     last = batch([b"last"])
     await lm.append("t", 0, last)
     # the crash: files are closed without a clean shutdown, then the tail is damaged
-    for partition in lm.all_partitions():
-        partition.close()
+    crash(lm)
     with open(log_file, "r+b") as handle:
         if damage == "torn":
             handle.truncate(good_size + len(last) - 7)
@@ -270,8 +275,8 @@ async def test_idempotent_duplicates_and_sequence_errors(tmp_path: Path) -> None
         await lm.append("t", 0, batch([b"h"], producer_id=pid, producer_epoch=0,
                                       base_sequence=3))
     # state survives a clean restart (snapshot) and a crash (replay of batch headers)
-    for crash in (False, True):
-        lm = reopen(lm, crash=crash)
+    for crashed in (False, True):
+        lm = reopen(lm, after_crash=crashed)
         dup = await lm.append("t", 0, batch([b"g"], producer_id=pid, producer_epoch=1,
                                             base_sequence=0))
         assert (dup.base_offset, dup.duplicate) == (3, True)
