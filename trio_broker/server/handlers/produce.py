@@ -72,6 +72,7 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
         partitions = []
         for data in topic.partition_data:
             index = int(data.index)
+            result: tuple[ErrorCode, str | None, int, int, int]
             if acks not in (-1, 0, 1):
                 result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
             elif lm is None:
