@@ -158,7 +158,7 @@ async def test_connection_id(broker: Any, log_events: Any) -> None:
     for connection_id, client in zip(ids, clients, strict=True):
         local, remote, processor, index = connection_id.split("-")
         assert local == f"127.0.0.1:{broker.port}"
-        assert remote == "127.0.0.1:{}".format(client.stream.socket.getsockname()[1])
+        assert remote == f"127.0.0.1:{client.stream.socket.getsockname()[1]}"
         assert int(processor) in range(3)
     # round-robin over the three processors: ids 0,1,2 then 0 again, with per-processor indexes
     assert [i.split("-")[-2:] for i in ids] == [["0", "0"], ["1", "0"], ["2", "0"], ["0", "1"]]

@@ -293,6 +293,8 @@ class Connection:
                 if request is close:
                     raise _Close("handler", request.slot.close_reason)
             self._inflight_lot.unpark_all()
+            if not pending:
+                self._server.connection_progressed()
 
     def _sent(self, request: Request) -> None:
         slot = request.slot

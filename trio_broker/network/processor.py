@@ -104,6 +104,7 @@ class Processor:
         self.server.quotas.dec(self.listener, connection.ip)
         self.server.metrics.connection_count.labels(self.listener).dec()
         self.server.metrics.connection_close.labels(self.listener, reason).inc()
+        self.server.connection_progressed()
 
     def stop_reading(self) -> None:
         for connection in list(self.connections):

@@ -60,6 +60,7 @@ class SocketServer:
         self.processors: list[Processor] = []
         self.bound: list[BoundListener] = []
         self._started = False
+        self._progress = trio.lowlevel.ParkingLot()
         self._register_gauges()
 
     def _register_gauges(self) -> None:
@@ -141,7 +142,11 @@ class SocketServer:
     async def wait_drained(self) -> None:
         """Wait until every connection has sent the responses of the requests it read."""
         while any(c.requests_in_flight for p in self.processors for c in p.connections):
-            await trio.sleep(0.01)
+            await self._progress.park()
+
+    def connection_progressed(self) -> None:
+        """A connection sent responses or closed: wake :meth:`wait_drained`."""
+        self._progress.unpark_all()
 
     def close_connections(self) -> None:
         for processor in self.processors:

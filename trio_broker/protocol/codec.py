@@ -25,6 +25,7 @@ from kio.schema.index import api_key_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
 
 API_VERSIONS_KEY = 18
 # KIP-511's rule for client software names and versions (ApiVersionsRequest.isValid).
@@ -56,14 +57,22 @@ def response_schema(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)
 
 
-@cache
-def _reader(schema: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
-    return entity_reader(schema)  # type: ignore[no-any-return]
+_READERS: dict[Any, Callable[[bytes, int], tuple[Any, int]]] = {}
+_WRITERS: dict[Any, Callable[[io.BytesIO, Any], None]] = {}
 
 
-@cache
-def _writer(schema: type[Any]) -> Callable[[io.BytesIO, Any], None]:
-    return entity_writer(schema)  # type: ignore[no-any-return]
+def _reader(schema: Any) -> Callable[[bytes, int], tuple[Any, int]]:
+    reader = _READERS.get(schema)
+    if reader is None:
+        reader = _READERS[schema] = entity_reader(schema)
+    return reader
+
+
+def _writer(schema: Any) -> Callable[[io.BytesIO, Any], None]:
+    writer = _WRITERS.get(schema)
+    if writer is None:
+        writer = _WRITERS[schema] = entity_writer(schema)
+    return writer
 
 
 def valid_client_software(text: str | None) -> bool:
@@ -176,8 +185,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     """A framed request (for tests, benchmarks and examples that speak the raw protocol)."""
     header_schema = RequestHeaderV2 if is_flexible(api_key, api_version) else RequestHeaderV1
     header = header_schema(
-        request_api_key=api_key, request_api_version=api_version,
-        correlation_id=correlation_id, client_id=client_id,
+        request_api_key=i16(api_key), request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id), client_id=client_id,
     )
     buffer = io.BytesIO()
     _writer(header_schema)(buffer, header)

@@ -82,7 +82,7 @@ def _open_storage(config: BrokerConfig) -> Any:
 
 def _open_coordinator(config: BrokerConfig, log_manager: Any) -> Any:
     try:
-        from ..coordinator import GroupCoordinator  # type: ignore[attr-defined]
+        from ..coordinator import GroupCoordinator
     except ImportError:
         return None
     return GroupCoordinator(config, log_manager)
