@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     ResourceType,
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc.args[0].str(), file=sys.stderr)
             return 1
         for name, entry in sorted(configs.items()):
-            print(f"{name} = {entry.value}  ({entry.source.name.lower()})")
+            print(f"{name} = {entry.value}  ({ConfigSource(entry.source).name.lower()})")
         return 0
     if args.command == "alter":
         entries = [ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
