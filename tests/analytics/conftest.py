@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.analytics.analytics_logs import MALFORMED_LINES, scenario, write_scenario
 
 

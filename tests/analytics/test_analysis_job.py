@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.analytics.analytics_logs import BASE_TIME, MALFORMED_LINES, count_by, read_raw
 
+from tests.analytics.analytics_logs import BASE_TIME, MALFORMED_LINES, count_by, read_raw
 from trio_broker.analytics.cli import main
 from trio_broker.analytics.jobs import QUESTIONS, STAGES, AnalysisResult, run_analysis
 

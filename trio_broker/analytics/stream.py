@@ -73,6 +73,36 @@ class LogTailer:
         complete, _, followed.pending = data.rpartition(b"\n")
         return [line for line in complete.split(b"\n") if line.strip()] if complete else []
 
+    def _missed_rotations(self, path: Path, old_inode: int) -> list[bytes]:
+        """Files that were live and rotated away between two polls, read oldest first.
+
+        Rotation renames ``x.log`` to ``x.log.1`` and shifts older ones up, so the files newer
+        than the one we followed are the rotated ones with a smaller index than its own (all of
+        them, if it was already deleted).
+        """
+        rotated: list[tuple[int, Path]] = []
+        for candidate in path.parent.glob(path.name + ".*"):
+            suffix = candidate.name[len(path.name) + 1:]
+            if suffix.isdigit():
+                rotated.append((int(suffix), candidate))
+        rotated.sort()
+        newer: list[Path] = []
+        for _index, candidate in rotated:
+            try:
+                if candidate.stat().st_ino == old_inode:
+                    break
+            except FileNotFoundError:
+                continue
+            newer.append(candidate)
+        lines: list[bytes] = []
+        for candidate in reversed(newer):
+            try:
+                data = candidate.read_bytes()
+            except FileNotFoundError:
+                continue
+            lines.extend(line for line in data.split(b"\n") if line.strip())
+        return lines
+
     def poll(self) -> list[bytes]:
         """Read new complete lines from every live file and spool them; returns them too."""
         self.spool.mkdir(parents=True, exist_ok=True)
@@ -94,6 +124,7 @@ class LogTailer:
             if inode != followed.inode:  # rotated: finish the old file, then start the new one
                 collected.extend(self._drain(followed, final=True))
                 followed.handle.close()
+                collected.extend(self._missed_rotations(path, followed.inode))
                 opened = self._open(path, at_end=False)
                 if opened is None:
                     del self._files[name]
@@ -134,7 +165,8 @@ def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFr
     event = F.col("event")
 
     def count_of(name: str) -> Any:
-        return F.sum((event == name).cast("long"))
+        # ``event`` is null on malformed lines: count them as "not this event", not as null.
+        return F.sum(F.when(event == name, 1).otherwise(0))
 
     return (lines
             .withColumn("event_time", F.coalesce(F.col("ts"), F.current_timestamp()))

@@ -1,0 +1,146 @@
+"""``analyze --follow``: the tailer that feeds Structured Streaming, and the streaming job."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analytics.analytics_logs import logging_to
+from trio_broker.analytics.stream import LogTailer, follow
+from trio_broker.observability import log
+
+
+def _spooled(spool: Path) -> list[bytes]:
+    lines: list[bytes] = []
+    for chunk in sorted(spool.glob("chunk-*.jsonl")):
+        lines.extend(chunk.read_bytes().splitlines())
+    return lines
+
+
+def test_tailer_follows_rotation_without_losing_or_repeating_lines(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    spool = tmp_path / "spool"
+    writer = log.LineWriter(str(logs / "broker.log"), max_bytes=2_000, backup_count=3)
+    tailer = LogTailer(logs, spool)
+    written = []
+    try:
+        # Polls after 15 lines (rotation every ~5 polls) and after 150 (three rotations
+        # between two polls: the files rotated away unseen must be read too).
+        for batch, size in enumerate([15] * 12 + [150] + [15] * 3 + [150, 150]):
+            for i in range(size):
+                line = json.dumps({"event": "request", "n": batch * 1000 + i})
+                writer.write(line)
+                written.append(line.encode())
+            writer.flush()
+            tailer.poll()
+        assert len(list(logs.glob("broker.log.*"))) == 3  # it did rotate, several times
+    finally:
+        writer.close()
+        tailer.poll()
+        tailer.close()
+    assert _spooled(spool) == written
+    assert tailer.lines == len(written)
+    assert not list(spool.glob(".*"))  # no half-written chunk left behind
+
+
+def test_tailer_waits_for_the_end_of_a_line(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    live = tmp_path / "logs" / "broker.log"
+    live.write_text('{"event": "a"}\n{"event": "b", "half')
+    tailer = LogTailer(tmp_path / "logs", tmp_path / "spool")
+    assert tailer.poll() == [b'{"event": "a"}']
+    assert tailer.poll() == []
+    with live.open("a") as f:
+        f.write(' line"}\n')
+    assert tailer.poll() == [b'{"event": "b", "half line"}']
+    assert tailer.poll() == []
+    with live.open("a") as f:
+        f.write('{"event": "c", "torn')
+    live.unlink()  # a deleted file's torn last line is still handed on (and counted malformed)
+    assert tailer.poll() == [b'{"event": "c", "torn']
+    tailer.close()
+
+
+def test_tailer_from_end_skips_existing_lines(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    live = tmp_path / "logs" / "broker.log"
+    live.write_text('{"event": "old"}\n')
+    tailer = LogTailer(tmp_path / "logs", tmp_path / "spool", from_start=False)
+    assert tailer.poll() == []
+    with live.open("a") as f:
+        f.write('{"event": "new"}\n')
+    assert tailer.poll() == [b'{"event": "new"}']
+    tailer.close()
+
+
+@pytest.mark.spark
+def test_follow_aggregates_per_minute_while_the_log_grows(spark: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    batches: list[list[dict[str, Any]]] = []
+    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        rows = [r.asDict() for r in frame.collect()]
+        with lock:
+            batches.append(rows)
+            for row in rows:
+                latest[(row["minute"], row["broker"])] = row
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            follow(spark, logs, work=tmp_path / "work", on_batch=on_batch, trigger_seconds=0.5,
+                   stop=stop, timeout=90)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    path = logs / "broker.log"
+    emitted: Counter[str] = Counter()
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        with logging_to(path, max_bytes=3_000, backup_count=5):
+            for _round in range(3):
+                for i in range(10):
+                    log.emit("request", api="Produce" if i % 2 else "Fetch", client_id="c",
+                             total_ms=float(i), request_queue_ms=0.5, request_bytes=10,
+                             error="NONE")
+                    emitted["request"] += 1
+                log.emit("connection_rejected", listener="PLAINTEXT", ip="10.0.0.9",
+                         peer="10.0.0.9:1", reason="per_ip_limit", limit=1)
+                emitted["connection_rejected"] += 1
+                log.flush()
+                time.sleep(1.5)
+        with path.open("a") as live:
+            live.write('{"event": "request", "trunc\n')
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not errors:
+            with lock:
+                requests = sum(r["requests"] for r in latest.values())
+                malformed = sum(r["malformed"] for r in latest.values())
+            if requests == emitted["request"] and malformed == 1:
+                break
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert not thread.is_alive()
+    with lock:
+        rows = list(latest.values())
+    assert sum(r["requests"] for r in rows) == emitted["request"] == 30
+    assert sum(r["rejected"] for r in rows) == emitted["connection_rejected"]
+    assert sum(r["malformed"] for r in rows) == 1
+    assert sum(r["request_bytes"] or 0 for r in rows) == 300
+    assert len(batches) >= 2  # updates arrived while the log grew, not once at the end
+    assert len(list(logs.glob("broker.log.*"))) >= 1  # and across a rotation
