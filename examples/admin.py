@@ -1,5 +1,6 @@
 """Topic administration with confluent-kafka's AdminClient: create, list, describe, alter, delete.
 
+    python examples/admin.py            # a tour: create 'example', list, describe, alter, describe
     python examples/admin.py create demo --partitions 3 --config retention.ms=3600000
     python examples/admin.py list
     python examples/admin.py describe demo
@@ -49,11 +50,53 @@ def _wait(futures: dict[Any, Any], timeout: float) -> int:
     return status
 
 
+def _describe(admin: AdminClient, topic: str, timeout: float) -> int:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    futures = admin.describe_configs([resource], request_timeout=timeout)
+    try:
+        configs = futures[resource].result(timeout=timeout)
+    except KafkaException as exc:
+        print(exc.args[0].str(), file=sys.stderr)
+        return 1
+    for name, entry in sorted(configs.items()):
+        print(f"  {name} = {entry.value}  ({ConfigSource(entry.source).name.lower()})")
+    return 0
+
+
+def _tour(admin: AdminClient, topic: str, timeout: float) -> int:
+    """Every command once, on ``topic`` (created with 3 partitions unless it exists)."""
+    metadata = admin.list_topics(timeout=timeout)
+    if topic not in metadata.topics:
+        print(f"creating {topic} with 3 partitions and retention.ms=86400000")
+        new = NewTopic(topic, num_partitions=3, replication_factor=1,
+                       config={"retention.ms": "86400000"})
+        if _wait(admin.create_topics([new], request_timeout=timeout), timeout):
+            return 1
+        metadata = admin.list_topics(timeout=timeout)
+    print(f"cluster {metadata.cluster_id}: topics")
+    for name, info in sorted(metadata.topics.items()):
+        print(f"  {name}: {len(info.partitions)} partition(s)")
+    print(f"{topic} configuration:")
+    if _describe(admin, topic, timeout):
+        return 1
+    print(f"setting retention.ms=3600000 and segment.bytes=16777216 on {topic}")
+    entries = [ConfigEntry("retention.ms", "3600000",
+                           incremental_operation=AlterConfigOpType.SET),
+               ConfigEntry("segment.bytes", "16777216",
+                           incremental_operation=AlterConfigOpType.SET)]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    if _wait(admin.incremental_alter_configs([resource], request_timeout=timeout), timeout):
+        return 1
+    print(f"{topic} configuration now:")
+    return _describe(admin, topic, timeout)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default="localhost:9092", help="host:port of the broker")
     parser.add_argument("--timeout", type=float, default=30.0)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--topic", default="example", help="topic of the tour (no command)")
+    commands = parser.add_subparsers(dest="command")
     create = commands.add_parser("create", help="create a topic")
     create.add_argument("topic")
     create.add_argument("--partitions", type=int, default=1)
@@ -72,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    if args.command is None:
+        return _tour(admin, args.topic, args.timeout)
     if args.command == "create":
         topic = NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1,
                          config=_pairs(args.config))
@@ -81,20 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cluster {metadata.cluster_id}, controller {metadata.controller_id}")
         for broker in metadata.brokers.values():
             print(f"broker {broker.id} at {broker.host}:{broker.port}")
-        for name, topic in sorted(metadata.topics.items()):
-            print(f"topic {name}: {len(topic.partitions)} partition(s)")
+        for name, info in sorted(metadata.topics.items()):
+            print(f"topic {name}: {len(info.partitions)} partition(s)")
         return 0
     if args.command == "describe":
-        resource = ConfigResource(ResourceType.TOPIC, args.topic)
-        futures = admin.describe_configs([resource], request_timeout=args.timeout)
-        try:
-            configs = futures[resource].result(timeout=args.timeout)
-        except KafkaException as exc:
-            print(exc.args[0].str(), file=sys.stderr)
-            return 1
-        for name, entry in sorted(configs.items()):
-            print(f"{name} = {entry.value}  ({ConfigSource(entry.source).name.lower()})")
-        return 0
+        return _describe(admin, args.topic, args.timeout)
     if args.command == "alter":
         entries = [ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
                    for key, value in _pairs(args.settings).items()]
