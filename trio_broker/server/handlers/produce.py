@@ -50,7 +50,7 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
     if problem is not None:
         return ErrorCode.invalid_record, problem, -1, -1, -1
     try:
-        result = await lm.append(topic, partition, bytes(records))
+        result = await lm.append(topic, partition, records)
     except Exception as exc:  # StorageError carries the code; anything else is a server error
         code, message = error_of(exc)
         return code, message, -1, -1, -1
