@@ -6,12 +6,13 @@ with its own timeout, so a misbehaving broker fails the test instead of hanging 
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -80,6 +81,15 @@ def confluent_admin_session(bootstrap: str) -> None:
         assert (partition.leader, partition.replicas, partition.isrs) == (node, [node], [node])
     assert metadata.controller_id == node
     assert metadata.cluster_id
+
+    # describe topics (Metadata with authorized operations)
+    described = admin.describe_topics(TopicCollection(["alpha", "nope"]),
+                                      request_timeout=TIMEOUT)
+    alpha = described["alpha"].result(timeout=TIMEOUT)
+    assert (alpha.name, alpha.is_internal, len(alpha.partitions)) == ("alpha", False, 3)
+    assert [p.leader.id for p in alpha.partitions] == [node] * 3
+    assert alpha.topic_id is not None
+    assert _error_code(described["nope"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
     # describe: the override with its source, the rest from the broker's defaults
     configs = _topic_configs(admin, "alpha")
@@ -185,6 +195,10 @@ def kafka_python_admin_session(bootstrap: str) -> None:
         (described,) = admin.describe_topics(["kp"])
         assert described["name"] == "kp"
         assert len(described["partitions"]) == 2
+        # By topic id (Metadata v12).
+        topic_id = described["topic_id"]
+        (by_id,) = admin.describe_topics([uuid.UUID(str(topic_id))])
+        assert by_id["name"] == "kp"
 
         configs = admin.describe_configs([KpConfigResource("TOPIC", "kp")])
         assert configs["topic"]["kp"]["retention.ms"]["value"] == "100000"
