@@ -379,3 +379,37 @@ def test_acknowledged_data_survives_sigkill(broker_process: Any) -> None:
     assert_round_trip(written, confluent_consume(process.bootstrap, topic, len(written)))
     more = confluent_produce(process.bootstrap, topic, make_records(3, tag="again"), "none")
     assert [r.offset for r in more] == [len(written) // PARTITIONS] * 3
+
+
+def test_examples_run_against_the_broker(broker_process: Any) -> None:
+    """examples/admin.py, producer.py and consumer.py work as the README shows them."""
+    import sys
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    process = broker_process()
+
+    def example(name: str, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(examples / name), "--bootstrap", process.bootstrap, *args],
+            capture_output=True, timeout=TIMEOUT * 2, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+    tour = example("admin.py")
+    assert "example: 3 partition(s)" in tour
+    assert "retention.ms = 3600000  (dynamic_topic_config)" in tour
+    produced = example("producer.py", "--topic", "example", "--count", "9")
+    assert len(produced.splitlines()) == 9
+    lines = produced.splitlines()
+    partition = max(range(3), key=lambda p: sum(x.startswith(f"example[{p}]@") for x in lines))
+    in_partition = [x for x in lines if x.startswith(f"example[{partition}]@")]
+    assert len(in_partition) >= 2
+    consumed = example("consumer.py", "--topic", "example", "--partition", str(partition),
+                       "--offset", "1").splitlines()
+    assert len(consumed) == len(in_partition) - 1
+    assert consumed[0].startswith(f"example[{partition}]@1 ")
+    example("admin.py", "partitions", "example", "4")
+    assert "example: 4 partition(s)" in example("admin.py", "list")
+    example("admin.py", "delete", "example")
+    assert "example:" not in example("admin.py", "list")
