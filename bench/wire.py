@@ -1,0 +1,133 @@
+"""Raw Kafka-protocol load for the small-request and idle-connection benchmarks.
+
+Requests are encoded once (with kio, through the broker's own codec) and the same bytes are sent
+again and again; responses are only split into frames, never decoded, so the client spends as
+little CPU as possible and the server is what is measured.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+import trio
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from trio_broker.protocol.codec import encode_request
+
+_SIZE = struct.Struct(">i")
+API_VERSIONS_KEY = 18
+
+
+def api_versions_frame(correlation_id: int = 1) -> bytes:
+    """One ApiVersions v3 request frame, size prefix included."""
+    body = ApiVersionsRequest(client_software_name="trio-broker-bench",
+                              client_software_version="1.0")
+    return encode_request(API_VERSIONS_KEY, 3, correlation_id, "bench", body)
+
+
+class FrameCounter:
+    """Counts complete size-prefixed frames in a byte stream (keeps only the partial tail)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> int:
+        buffer = self._buffer
+        buffer += data
+        pos = 0
+        count = 0
+        end = len(buffer)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buffer, pos)
+            if end - pos - 4 < size:
+                break
+            pos += 4 + size
+            count += 1
+        if pos:
+            del buffer[:pos]
+        return count
+
+
+async def read_one_frame(stream: trio.SocketStream) -> bytes:
+    """Read exactly one response frame and return its payload (after the size)."""
+    buffer = bytearray()
+    while True:
+        if len(buffer) >= 4:
+            (size,) = _SIZE.unpack_from(buffer, 0)
+            if len(buffer) >= 4 + size:
+                return bytes(buffer[4:4 + size])
+        data = await stream.receive_some(65536)
+        if not data:
+            raise ConnectionError("connection closed before a response arrived")
+        buffer += data
+
+
+async def probe_api_versions_body(port: int) -> bytes:
+    """The broker's ApiVersions v3 response body (after the correlation id): the canned reply
+    of the baseline framed server, so both servers send the same bytes."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(api_versions_frame())
+        payload = await read_one_frame(stream)
+    return payload[4:]
+
+
+async def open_kafka_connection(port: int, frame: bytes) -> trio.SocketStream:
+    """A connection that has sent one ApiVersions and read its answer: a real Kafka client's
+    first exchange, then nothing (an idle connection)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(frame)
+    await read_one_frame(stream)
+    return stream
+
+
+@attrs.define
+class LoadCounter:
+    """Responses received by all connections of one load run."""
+
+    responses: int = 0
+    errors: int = 0
+
+
+async def drive_connection(port: int, frame: bytes, window: int, counter: LoadCounter,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                           ) -> None:
+    """Keep ``window`` requests in flight on one connection until cancelled.
+
+    Every response that arrives is replaced at once by a new request (a sliding window), and the
+    replacements of one read leave in one ``send_all``, as a pipelining client would send them.
+    ``window=1`` is Kafka's own client behaviour: the next request only after the response.
+    """
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    task_status.started()
+    frames = FrameCounter()
+    async with stream:
+        try:
+            await stream.send_all(frame * window)
+            while True:
+                data = await stream.receive_some(262144)
+                if not data:
+                    counter.errors += 1
+                    return
+                done = frames.feed(data)
+                if done:
+                    counter.responses += done
+                    await stream.send_all(frame * done)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            counter.errors += 1
+
+
+async def measure_rate(port: int, frame: bytes, connections: int, window: int,
+                       warmup: float, duration: float) -> tuple[float, int]:
+    """Responses per second over ``duration`` after ``warmup``; also the connection errors."""
+    counter = LoadCounter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(connections):
+            await nursery.start(drive_connection, port, frame, window, counter)
+        await trio.sleep(warmup)
+        start_count, start = counter.responses, trio.current_time()
+        await trio.sleep(duration)
+        end_count, end = counter.responses, trio.current_time()
+        nursery.cancel_scope.cancel()
+    return (end_count - start_count) / (end - start), counter.errors
