@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import struct
 import sys
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import trio
@@ -70,6 +71,7 @@ async def serve_sink(stream: trio.SocketStream) -> None:
 
 
 async def main(mode: str, port: int, body_hex: str) -> None:
+    handler: Callable[[trio.SocketStream], Awaitable[None]]
     if mode == "framed":
         handler = partial(serve_framed, bytes.fromhex(body_hex))
     elif mode == "sink":

@@ -59,10 +59,12 @@ class BenchResult:
     notes: list[str] = attrs.field(factory=list)
     error: str | None = None
     seconds: float = 0.0
+    details: list[str] = attrs.field(factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "figures": [f.as_json() for f in self.figures],
-                "notes": self.notes, "error": self.error, "seconds": round(self.seconds, 2)}
+                "notes": self.notes, "error": self.error, "seconds": round(self.seconds, 2),
+                "details": self.details}
 
 
 def median(values: Sequence[float]) -> float:

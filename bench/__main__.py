@@ -1,0 +1,127 @@
+"""``python -m bench [--quick] [--only NAME] [--json out.json] [--profile]``.
+
+Runs each benchmark, prints a table of figures with their in-run baselines and ratios, and writes
+the same as JSON. A benchmark that fails is reported (with the reason) and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from . import idle_memory, small_requests, startup, throughput
+from .common import BenchResult, Figure, raise_fd_limit
+
+BENCHMARKS: dict[str, Callable[[bool], BenchResult]] = {
+    "startup": startup.run,
+    "idle_memory": idle_memory.run,
+    "small_requests": small_requests.run,
+    "throughput": throughput.run,
+}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def _row(figure: Figure) -> list[str]:
+    ratio = figure.ratio
+    met = {True: "yes", False: "NO", None: ""}[figure.met]
+    return [figure.name, _fmt(figure.value), figure.unit, figure.baseline or "",
+            _fmt(figure.baseline_value), "" if ratio is None else f"{ratio:.2f}x",
+            figure.target or "", met]
+
+
+def render(results: list[BenchResult]) -> str:
+    """The results as a plain-text table, one section per benchmark."""
+    header = ["figure", "value", "unit", "baseline", "baseline value", "ratio", "target", "met"]
+    lines: list[str] = []
+    for result in results:
+        lines.append(f"== {result.name} ({result.seconds:.1f} s)")
+        if result.error:
+            lines.append(f"   ERROR: {result.error}")
+        rows = [header] + [_row(f) for f in result.figures]
+        if result.figures:
+            widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+            for row in rows:
+                lines.append("   " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths,
+                                                                              strict=True)))
+        for note in result.notes:
+            lines.append(f"   note: {note}")
+        if result.details:
+            lines.append("")
+            lines.extend("   " + d for d in result.details)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _run_one(name: str, fn: Callable[[], BenchResult]) -> BenchResult:
+    print(f"running {name} ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
+        result = BenchResult(name, error=f"{type(exc).__name__}: {exc}")
+        result.details = traceback.format_exc().splitlines()[-12:]
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer runs, fewer connections and messages, shorter load")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="write the results as JSON (default: bench-results.json in a "
+                             "temporary directory, path printed)")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the produce benchmark with the broker under cProfile and "
+                             "print the top 25 functions by cumulative time")
+    parser.add_argument("--profile-out", type=Path, default=None, metavar="FILE",
+                        help="where to keep the cProfile file (default: a temporary file)")
+    args = parser.parse_args(argv)
+
+    raise_fd_limit()
+    results: list[BenchResult] = []
+    if args.profile:
+        out = args.profile_out or Path(tempfile.mkdtemp(prefix="trio-broker-prof-")) / "broker.prof"
+        results.append(_run_one("profile", lambda: throughput.run(args.quick, profile_to=out)))
+        results[-1].notes.append(f"profile file: {out} (python -m pstats {out})")
+    else:
+        for name in args.only or list(BENCHMARKS):
+            results.append(_run_one(name, functools.partial(BENCHMARKS[name], args.quick)))
+
+    print(render(results))
+    document = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "quick": args.quick,
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cpus": os.cpu_count(), "loadavg": os.getloadavg()},
+        "results": [r.as_json() for r in results],
+    }
+    json_path = args.json or Path(tempfile.gettempdir()) / "bench-results.json"
+    json_path.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+    print(f"results written to {json_path}")
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
