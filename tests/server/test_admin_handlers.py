@@ -6,6 +6,7 @@ is encoded and decoded again, so the wire format of every version is exercised t
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import sys
@@ -18,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from trio_broker.config import BrokerConfig, Endpoint, load_config
+from trio_broker.coordinator import GroupCoordinator
 from trio_broker.protocol.codec import (
     decode_request,
     decode_response,
@@ -28,6 +30,7 @@ from trio_broker.protocol.codec import (
 from trio_broker.server.broker import Broker
 from trio_broker.server.context import ConnectionInfo, RequestContext
 from trio_broker.server.registry import supported_versions
+from trio_broker.storage.manager import LogManager
 
 METADATA = 3
 CREATE_TOPICS = 19
@@ -41,13 +44,21 @@ TOPIC, BROKER = 2, 4
 _correlation = itertools.count(1)
 
 
-def make_broker(config: BrokerConfig, log_manager: Any = None) -> Broker:
-    return Broker(
-        config,
-        cluster_id="test-cluster",
-        log_manager=log_manager,
-        advertised={"PLAINTEXT": Endpoint("PLAINTEXT", "broker.example", 19092)},
-    )
+@contextlib.contextmanager
+def running(config: BrokerConfig) -> Iterator[Broker]:
+    """A Broker with real storage and a real group coordinator, advertised at a fixed address."""
+    lm = LogManager(config)
+    lm.open()
+    try:
+        yield Broker(
+            config,
+            cluster_id="test-cluster",
+            log_manager=lm,
+            group_coordinator=GroupCoordinator(config, lm),
+            advertised={"PLAINTEXT": Endpoint("PLAINTEXT", "broker.example", 19092)},
+        )
+    finally:
+        lm.close()
 
 
 async def call(broker: Broker, api_key: int, version: int, body: Any) -> Any:
@@ -100,12 +111,16 @@ def config(tmp_path: Path) -> BrokerConfig:
     return load_config({"log.dirs": str(tmp_path), "node.id": "7"})
 
 
+@pytest.fixture
+def storage_broker(config: BrokerConfig) -> Iterator[Broker]:
+    with running(config) as broker:
+        yield broker
+
+
 # ------------------------------------------------------------------------------- Metadata
 @pytest.mark.parametrize("version", range(0, 13))
-async def test_metadata_without_storage_names_this_broker(config: BrokerConfig,
-                                                          version: int) -> None:
-    broker = make_broker(config)
-    answer = await call(broker, METADATA, version, metadata_request(version, None))
+async def test_metadata_names_this_broker(storage_broker: Broker, version: int) -> None:
+    answer = await call(storage_broker, METADATA, version, metadata_request(version, None))
     assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(7, "broker.example", 19092)]
     assert answer.topics == ()
     if version >= 1:
@@ -115,26 +130,16 @@ async def test_metadata_without_storage_names_this_broker(config: BrokerConfig,
         assert answer.cluster_id == "test-cluster"
 
 
-async def test_metadata_without_storage_reports_named_topics_unknown(
-        config: BrokerConfig) -> None:
-    broker = make_broker(config)
-    answer = await call(broker, METADATA, 12, metadata_request(12, ["a", "bad name"]))
-    errors = {t.name: t.error_code for t in answer.topics}
-    assert errors == {"a": ErrorCode.unknown_topic_or_partition,
-                      "bad name": ErrorCode.invalid_topic_exception}
-
-
 async def test_metadata_uses_the_requests_listener(tmp_path: Path) -> None:
     config = load_config({
         "log.dirs": str(tmp_path),
         "listeners": "PLAINTEXT://localhost:0,INTERNAL://localhost:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
     })
-    broker = Broker(config, cluster_id="c", advertised={
-        "PLAINTEXT": Endpoint("PLAINTEXT", "public.example", 1),
-        "INTERNAL": Endpoint("INTERNAL", "internal.example", 2),
-    })
-    answer = await call(broker, METADATA, 9, metadata_request(9, None))
+    with running(config) as broker:
+        broker.advertised = {"PLAINTEXT": Endpoint("PLAINTEXT", "public.example", 1),
+                             "INTERNAL": Endpoint("INTERNAL", "internal.example", 2)}
+        answer = await call(broker, METADATA, 9, metadata_request(9, None))
     assert (answer.brokers[0].host, answer.brokers[0].port) == ("public.example", 1)
 
 
@@ -145,8 +150,8 @@ def test_metadata_versions_are_registered() -> None:
 
 # ----------------------------------------------------------------------- DescribeCluster
 @pytest.mark.parametrize("version", [0, 1, 2])
-async def test_describe_cluster(config: BrokerConfig, version: int) -> None:
-    broker = make_broker(config)
+async def test_describe_cluster(storage_broker: Broker, version: int) -> None:
+    broker = storage_broker
     schema = request_schema(DESCRIBE_CLUSTER, version)
     fields: dict[str, Any] = {"include_cluster_authorized_operations": True}
     if version >= 1:
@@ -164,8 +169,8 @@ async def test_describe_cluster(config: BrokerConfig, version: int) -> None:
     assert answer.cluster_authorized_operations & (1 << 11)
 
 
-async def test_describe_cluster_refuses_controller_endpoints(config: BrokerConfig) -> None:
-    broker = make_broker(config)
+async def test_describe_cluster_refuses_controller_endpoints(storage_broker: Broker) -> None:
+    broker = storage_broker
     schema = request_schema(DESCRIBE_CLUSTER, 1)
     answer = await call(broker, DESCRIBE_CLUSTER, 1, schema(
         include_cluster_authorized_operations=False, endpoint_type=2))
@@ -193,10 +198,10 @@ def describe_request(version: int, resources: list[tuple[int, str, list[str] | N
 @pytest.mark.parametrize("version", [1, 2, 3, 4])
 async def test_describe_broker_configs(tmp_path: Path, version: int) -> None:
     config = load_config({"log.dirs": str(tmp_path), "node.id": "7", "num.partitions": "3"})
-    broker = make_broker(config)
-    answer = await call(broker, DESCRIBE_CONFIGS, version,
-                        describe_request(version, [(BROKER, "7", None)], synonyms=True,
-                                         docs=True))
+    with running(config) as broker:
+        answer = await call(broker, DESCRIBE_CONFIGS, version,
+                            describe_request(version, [(BROKER, "7", None)], synonyms=True,
+                                             docs=True))
     (result,) = answer.results
     assert result.error_code == ErrorCode.none
     entries = {c.name: c for c in result.configs}
@@ -214,15 +219,15 @@ async def test_describe_broker_configs(tmp_path: Path, version: int) -> None:
         assert entries["num.partitions"].documentation
 
 
-async def test_describe_broker_configs_filters_names(config: BrokerConfig) -> None:
-    broker = make_broker(config)
+async def test_describe_broker_configs_filters_names(storage_broker: Broker) -> None:
+    broker = storage_broker
     answer = await call(broker, DESCRIBE_CONFIGS, 4, describe_request(
         4, [(BROKER, "7", ["num.io.threads", "no.such.key"])]))
     assert [(c.name, c.value) for c in answer.results[0].configs] == [("num.io.threads", "8")]
 
 
-async def test_describe_configs_of_another_broker_or_unknown_type(config: BrokerConfig) -> None:
-    broker = make_broker(config)
+async def test_describe_configs_of_another_broker_or_unknown_type(storage_broker: Broker) -> None:
+    broker = storage_broker
     answer = await call(broker, DESCRIBE_CONFIGS, 4, describe_request(
         4, [(BROKER, "8", None), (BROKER, "x", None), (BROKER, "", None), (99, "t", None)]))
     codes = [r.error_code for r in answer.results]
@@ -232,8 +237,8 @@ async def test_describe_configs_of_another_broker_or_unknown_type(config: Broker
 
 
 # --------------------------------------------------------------- AlterConfigs (broker side)
-async def test_broker_configs_cannot_be_altered(config: BrokerConfig) -> None:
-    broker = make_broker(config)
+async def test_broker_configs_cannot_be_altered(storage_broker: Broker) -> None:
+    broker = storage_broker
     module = req_module(INCREMENTAL_ALTER_CONFIGS, 1)
     body = module.IncrementalAlterConfigsRequest(resources=(
         module.AlterConfigsResource(resource_type=BROKER, resource_name="7", configs=(
@@ -252,19 +257,7 @@ async def test_broker_configs_cannot_be_altered(config: BrokerConfig) -> None:
     assert answer.responses[0].error_code == ErrorCode.invalid_request
 
 
-# ------------------------------------------------------------ with storage (real LogManager)
-@pytest.fixture
-def storage_broker(config: BrokerConfig) -> Iterator[Broker]:
-    from trio_broker.storage.manager import LogManager
-
-    lm = LogManager(config)
-    lm.open()
-    try:
-        yield make_broker(config, lm)
-    finally:
-        lm.close()
-
-
+# ---------------------------------------------------------------------- topics and storage
 def create_request(version: int, topics: list[tuple[str, int, int]], *,
                    configs: dict[str, str | None] | None = None,
                    assignments: dict[int, list[int]] | None = None,
@@ -374,31 +367,21 @@ async def test_metadata_auto_creates(storage_broker: Broker, version: int) -> No
 
 
 async def test_metadata_auto_create_refused(tmp_path: Path) -> None:
-    from trio_broker.storage.manager import LogManager
-
     config = load_config({"log.dirs": str(tmp_path), "auto.create.topics.enable": "false"})
-    lm = LogManager(config)
-    lm.open()
-    try:
-        broker = make_broker(config, lm)
+    with running(config) as broker:
+        lm = broker.log_manager
         answer = await call(broker, METADATA, 12, metadata_request(12, ["nope", "in valid"]))
         assert [(t.name, t.error_code) for t in answer.topics] == [
             ("nope", ErrorCode.unknown_topic_or_partition),
             ("in valid", ErrorCode.invalid_topic_exception)]
         # The client may forbid it too, even when the broker allows it.
-    finally:
-        lm.close()
     config = load_config({"log.dirs": str(tmp_path)})
-    lm = LogManager(config)
-    lm.open()
-    try:
-        broker = make_broker(config, lm)
+    with running(config) as broker:
+        lm = broker.log_manager
         answer = await call(broker, METADATA, 9,
                             metadata_request(9, ["nope"], allow_create=False))
         assert answer.topics[0].error_code == ErrorCode.unknown_topic_or_partition
         assert "nope" not in lm.topics
-    finally:
-        lm.close()
 
 
 async def test_metadata_all_topics_and_by_id(storage_broker: Broker) -> None:
@@ -466,21 +449,15 @@ async def test_delete_topic_by_id(storage_broker: Broker) -> None:
 
 
 async def test_delete_topics_disabled(tmp_path: Path) -> None:
-    from trio_broker.storage.manager import LogManager
-
     config = load_config({"log.dirs": str(tmp_path), "delete.topic.enable": "false"})
-    lm = LogManager(config)
-    lm.open()
-    try:
-        broker = make_broker(config, lm)
+    with running(config) as broker:
+        lm = broker.log_manager
         lm.create_topic("stays", 1)
         module = req_module(DELETE_TOPICS, 4)
         answer = await call(broker, DELETE_TOPICS, 4, module.DeleteTopicsRequest(
             topic_names=("stays",), timeout=datetime.timedelta(seconds=5)))
         assert answer.responses[0].error_code == ErrorCode.topic_deletion_disabled
         assert "stays" in lm.topics
-    finally:
-        lm.close()
 
 
 @pytest.mark.parametrize("version", [0, 3])
@@ -576,3 +553,21 @@ async def test_describe_and_alter_topic_configs(storage_broker: Broker) -> None:
         ("retention.ms", 0, "1"), validate_only=True))
     assert answer.responses[0].error_code == ErrorCode.none
     assert storage_broker.log_manager.topics["conf"].configs["retention.ms"] == "7000"
+
+
+async def test_describe_topic_configs_with_synonyms(tmp_path: Path) -> None:
+    config = load_config({"log.dirs": str(tmp_path), "node.id": "7",
+                          "log.segment.bytes": "2000000"})
+    with running(config) as broker:
+        await create(broker, "syn", configs={"retention.ms": "5000"})
+        answer = await call(broker, DESCRIBE_CONFIGS, 4, describe_request(
+            4, [(TOPIC, "syn", ["retention.ms", "segment.bytes"])], synonyms=True))
+        entries = {c.name: c for c in answer.results[0].configs}
+        assert set(entries) == {"retention.ms", "segment.bytes"}
+        retention = [(s.name, s.value, s.source) for s in entries["retention.ms"].synonyms]
+        assert retention[0] == ("retention.ms", "5000", 1)
+        assert retention[1][0] == "log.retention.ms"
+        segment = entries["segment.bytes"]
+        assert (segment.value, segment.config_source) == ("2000000", 4)
+        assert [(s.name, s.value, s.source) for s in segment.synonyms] == [
+            ("log.segment.bytes", "2000000", 4)]

@@ -117,11 +117,13 @@ def broker_resource_problem(ctx: RequestContext, name: str) -> str | None:
 
 
 def _entry(module: Any, body: Any, *, name: str, value: str | None, source: int,
-           read_only: bool, sensitive: bool, type_name: str | None, doc: str | None) -> Any:
+           read_only: bool, sensitive: bool, type_name: str | None, doc: str | None,
+           synonym_pairs: tuple[tuple[str, str | None, int], ...] = ()) -> Any:
     synonyms: tuple[Any, ...] = ()
     if getattr(body, "include_synonyms", False) and hasattr(module, "DescribeConfigsSynonym"):
-        # The effective value is its own first synonym, as in Kafka's answer.
-        synonyms = (build(module.DescribeConfigsSynonym, name=name, value=value, source=source),)
+        pairs = synonym_pairs or ((name, value, source),)
+        synonyms = tuple(build(module.DescribeConfigsSynonym, name=n, value=v, source=s)
+                         for n, v, s in pairs)
     return build(
         module.DescribeConfigsResourceResult, name=name,
         value=None if sensitive else value, read_only=read_only, config_source=source,
@@ -141,13 +143,31 @@ def _describe_broker(ctx: RequestContext, module: Any, body: Any,
     )
 
 
+def _topic_synonyms(entry: Any, broker: dict[str, BrokerConfigEntry]
+                    ) -> tuple[tuple[str, str | None, int], ...]:
+    """Kafka's synonym chain: the topic override, then the broker key it would inherit from."""
+    source = config_source_code(entry.source)
+    pairs: list[tuple[str, str | None, int]] = []
+    if source == CONFIG_SOURCES["TOPIC_CONFIG"]:
+        pairs.append((entry.name, entry.value, source))
+    broker_entry = broker.get(getattr(entry, "broker_key", None) or "")
+    if broker_entry is not None:
+        pairs.append((broker_entry.name, broker_entry.value,
+                      config_source_code(broker_entry.source)))
+    elif source != CONFIG_SOURCES["TOPIC_CONFIG"]:
+        pairs.append((entry.name, entry.value, source))
+    return tuple(pairs)
+
+
 def _describe_topic(ctx: RequestContext, module: Any, body: Any, name: str,
                     wanted: set[str] | None) -> tuple[Any, ...]:
     entries = ctx.broker.log_manager.describe_topic_config(name)
+    broker = {e.name: e for e in broker_config_entries(ctx.broker.config)}
     return tuple(
         _entry(module, body, name=e.name, value=e.value, source=config_source_code(e.source),
                read_only=bool(e.read_only), sensitive=bool(e.sensitive),
-               type_name=TOPIC_CONFIG_TYPES.get(e.name), doc=None)
+               type_name=TOPIC_CONFIG_TYPES.get(e.name), doc=None,
+               synonym_pairs=_topic_synonyms(e, broker))
         for e in entries
         if wanted is None or e.name in wanted
     )
