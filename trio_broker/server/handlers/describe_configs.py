@@ -143,18 +143,28 @@ def _describe_broker(ctx: RequestContext, module: Any, body: Any,
     )
 
 
+#: Broker keys consulted after the first one, in order (Kafka's synonym chains).
+BROKER_FALLBACKS = {
+    "log.retention.ms": ("log.retention.minutes", "log.retention.hours"),
+    "log.roll.ms": ("log.roll.hours",),
+    "log.flush.interval.ms": ("log.flush.scheduler.interval.ms",),
+}
+
+
 def _topic_synonyms(entry: Any, broker: dict[str, BrokerConfigEntry]
                     ) -> tuple[tuple[str, str | None, int], ...]:
-    """Kafka's synonym chain: the topic override, then the broker key it would inherit from."""
+    """Kafka's synonym chain: the topic override, then each broker key it would inherit from
+    that has a value (``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours``)."""
     source = config_source_code(entry.source)
     pairs: list[tuple[str, str | None, int]] = []
     if source == CONFIG_SOURCES["TOPIC_CONFIG"]:
         pairs.append((entry.name, entry.value, source))
-    broker_entry = broker.get(getattr(entry, "broker_key", None) or "")
-    if broker_entry is not None:
-        pairs.append((broker_entry.name, broker_entry.value,
-                      config_source_code(broker_entry.source)))
-    elif source != CONFIG_SOURCES["TOPIC_CONFIG"]:
+    first = getattr(entry, "broker_key", None)
+    for key in (first, *BROKER_FALLBACKS.get(first or "", ())) if first else ():
+        broker_entry = broker.get(key)
+        if broker_entry is not None and broker_entry.value is not None:
+            pairs.append((key, broker_entry.value, config_source_code(broker_entry.source)))
+    if not pairs:
         pairs.append((entry.name, entry.value, source))
     return tuple(pairs)
 
