@@ -96,9 +96,12 @@ def run_broker(config: BrokerConfig) -> int:
                     await app.shutdown()
                     break
 
+    from .storage.errors import StorageError
+
     try:
         trio.run(serve)
-    except OSError as exc:
+    except (OSError, StorageError, RuntimeError) as exc:
+        # Port in use, data directory locked by another broker, meta.properties mismatch.
         print(f"trio_broker: cannot start: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -556,11 +556,39 @@ def parse_properties(text: str) -> dict[str, str]:
         logical += line
         match = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", logical)
         if match:
-            props[match.group(1).replace("\\", "")] = match.group(2)
+            props[_unescape(match.group(1))] = _unescape(match.group(2))
         elif logical:
             props[logical] = ""
         logical = ""
     return props
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    """Java properties escapes: ``\\t``, ``\\n``, ``\\uXXXX``, and ``\\x`` -> ``x``."""
+    if "\\" not in text:
+        return text
+    out = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text):
+            nxt = text[index + 1]
+            if nxt == "u" and index + 6 <= len(text):
+                try:
+                    out.append(chr(int(text[index + 2:index + 6], 16)))
+                    index += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
 
 
 def load_properties_file(path: str | Path) -> dict[str, str]:
@@ -668,17 +696,22 @@ def validate(config: BrokerConfig) -> None:
                 "control.plane.listener.name", config.control_plane_listener_name,
                 "needs a second listener for the data plane",
             )
-    for listener in config.listener_overrides:
+    for listener, overrides in config.listener_overrides.items():
         if listener.upper() not in names:
             raise ConfigError(
                 f"listener.name.{listener}", listener, "must name one of the listeners"
             )
+        if overrides.get("max.connection.creation.rate", 1) <= 0:
+            # Kafka refuses a listener rate of zero (ConnectionQuotas.validateReconfiguration).
+            raise ConfigError(f"listener.name.{listener}.max.connection.creation.rate",
+                              overrides["max.connection.creation.rate"], "must be above 0")
     if 0 < config.queued_max_request_bytes < config.socket_request_max_bytes:
         raise ConfigError(
             "queued.max.request.bytes", config.queued_max_request_bytes,
             f"must be <= 0 or at least socket.request.max.bytes ({config.socket_request_max_bytes})",
         )
-    if config.max_connections_per_ip == 0 and not config.ip_overrides:
+    ip_overrides = config.ip_overrides  # parses, so a malformed value fails here
+    if config.max_connections_per_ip == 0 and not ip_overrides:
         raise ConfigError(
             "max.connections.per.ip", 0,
             "may be 0 only when max.connections.per.ip.overrides is set",
@@ -714,7 +747,8 @@ def config_reference_markdown() -> str:
         lines += [f"## {group}", "", "| key | type | default | description |", "|---|---|---|---|"]
         for field in fields:
             meta = field.metadata
-            default = "unset" if field.default is None else f"`{field.default}`"
+            default = ("unset" if field.default is None
+                       else "empty" if field.default == "" else f"`{field.default}`")
             doc = meta["doc"]
             allowed = meta["validator"].__doc__
             if allowed and meta["validator"] is not _any:

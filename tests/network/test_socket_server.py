@@ -480,3 +480,52 @@ async def wait_for(condition: Any, timeout: float = 5.0) -> None:
     with trio.fail_after(timeout):
         while not condition():
             await trio.sleep(0.01)
+
+
+async def test_handler_error_closes_only_that_connection(
+        start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
+    """processCompletedReceiveException & co: a failure costs one connection, others go on."""
+    original = registry.handlers()[METADATA]
+
+    async def failing(ctx: Any, body: Any) -> Any:
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=failing))
+    running = await start_broker()
+    healthy = await WireClient.connect(running.port)
+    victim = await WireClient.connect(running.port)
+    await victim.send(METADATA, 12, METADATA_ALL_V12)
+    assert await victim.closed_by_peer()
+    failed = await log_events.wait_for("request_failed", api="Metadata")
+    assert "injected failure" in failed[0]["detail"]
+    await log_events.wait_for("connection_closed", reason="handler")
+    body = await healthy.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert body.error_code == ErrorCode.none
+
+
+async def test_remote_close_send_failure(start_broker: Any, blocked_metadata: BlockedHandler,
+                                         log_events: Any) -> None:
+    """remoteCloseSendFailure: the client vanishes before its response; the send fails, the
+    channel is closed, other connections are unaffected, and the request is still counted."""
+    running = await start_broker()
+    client = await WireClient.connect(running.port)
+    await client.send(METADATA, 12, METADATA_ALL_V12)
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                    struct.pack("ii", 1, 0))  # RST on close
+    await client.aclose()
+    await trio.sleep(0.05)
+    blocked_metadata.release.set()
+    closed = await log_events.wait_for("connection_closed")
+    assert closed[0]["reason"] == "client"
+    await log_events.wait_for("request", api="Metadata", response_action="dropped")
+    other = await WireClient.connect(running.port)
+    await other.request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+
+async def test_shutdown_closes_connections_with_reason(start_broker: Any, log_events: Any) -> None:
+    running = await start_broker()
+    client = await WireClient.connect(running.port)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await running.shutdown()
+    assert log_events.events("connection_closed", reason="shutdown")

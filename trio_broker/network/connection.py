@@ -74,6 +74,8 @@ class Connection:
         self._frame_reserved = 0
         self._eof = False
         self._last_client_id = ""
+        self._write_failure: tuple[str, str] | None = None
+        self._tasks: trio.Nursery
         self.requests = 0
         self.closed = False
 
@@ -111,23 +113,33 @@ class Connection:
                 self._touch()
                 with self._idle_scope:
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._writer)
+                        self._tasks = nursery
+                        nursery.start_soon(self._write_responses)
                         reason, detail = await self._read_until_done()
                         await self._drain()
                         nursery.cancel_scope.cancel()
-                if self._idle_scope.cancelled_caught:
-                    reason = "idle"
-                    emit("connection_expired", idle_ms=float(self._server.config.connections_max_idle_ms))
-            except _Close as close:
-                reason, detail = close.reason, close.detail
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                reason, detail = "client", f"send failed: {exc!r}"
+                if self._write_failure is not None:
+                    reason, detail = self._write_failure
+                elif self._idle_scope.cancelled_caught:
+                    reason, detail = "idle", ""
+                    emit("connection_expired",
+                         idle_ms=float(self._server.config.connections_max_idle_ms))
             except Exception as exc:  # a bug must cost one connection, never the processor
                 reason, detail = "error", repr(exc)
+            except BaseException:
+                # Cancelled (possibly inside an exception group): the processor is shutting down.
+                reason, detail = "shutdown", ""
+                raise
             finally:
                 self.closed = True
+                # Answered by a handler but never sent: still counted (Kafka updates request
+                # metrics for responses to closed channels). Unanswered ones are counted by the
+                # handler pool when they complete.
+                self._drop([r for r in self._pending if r.slot.ready.is_set()])
                 self._release_frame_memory()
-                await trio.aclose_forcefully(self.stream)
+                # Synchronous close: an await here would re-raise a pending cancellation and
+                # skip the bookkeeping below.
+                self.stream.socket.close()
                 self._processor.connection_closed(self, reason)
                 emit("connection_closed", reason=reason, detail=detail, requests=self.requests,
                      duration_ms=round((trio.current_time() - started) * 1000, 3))
@@ -263,6 +275,16 @@ class Connection:
         while self._pending:
             await self._inflight_lot.park()
 
+    async def _write_responses(self) -> None:
+        """The writer task: a failed send or a CloseConnection response ends the connection."""
+        try:
+            await self._writer()
+        except _Close as close:
+            self._write_failure = (close.reason, close.detail)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._write_failure = ("client", f"send failed: {exc!r}")
+        self._tasks.cancel_scope.cancel()
+
     async def _writer(self) -> None:
         pending = self._pending
         while True:
@@ -284,7 +306,12 @@ class Connection:
                 if action is ResponseAction.SEND:
                     payloads.append(request.slot.payload)
             if payloads:
-                await self.stream.send_all(b"".join(payloads) if len(payloads) > 1 else payloads[0])
+                try:
+                    await self.stream.send_all(
+                        b"".join(payloads) if len(payloads) > 1 else payloads[0])
+                except BaseException:
+                    self._drop(batch)
+                    raise
                 self._touch()
             ended = time.perf_counter_ns()
             for request in batch:
@@ -295,6 +322,13 @@ class Connection:
             self._inflight_lot.unpark_all()
             if not pending:
                 self._server.connection_progressed()
+
+    def _drop(self, requests: list[Request]) -> None:
+        ended = time.perf_counter_ns()
+        for request in requests:
+            request.response_dequeue_ns = request.response_dequeue_ns or ended
+            request.end_ns = ended
+            self._server.request_completed(request, dropped=True)
 
     def _sent(self, request: Request) -> None:
         slot = request.slot

@@ -66,8 +66,13 @@ class Rate:
         current = self.rate(now)
         if current <= quota:
             return 0.0
+        if quota <= 0:
+            return self._window
         elapsed = max(now - self._samples[0][0], self._window * (self._num - 1))
-        return min((current - quota) / quota * elapsed, self._window)
+        # Whole milliseconds, at least one, as Kafka rounds its throttle times: a wait of a
+        # few femtoseconds would not move the clock and the acceptor would spin.
+        throttle_ms = max(round((current - quota) / quota * elapsed * 1000), 1)
+        return min(throttle_ms / 1000, self._window)
 
 
 Resolver = Callable[[str], str]
@@ -133,17 +138,16 @@ class ConnectionQuotas:
         if listener not in self._listener_max:
             raise KeyError(f"listener {listener} is not registered")
         reason: str | None = None
-        while True:
-            delay = self._rate_wait(listener, trio.current_time())
-            if delay > 0:
-                reason = reason or "connection_rate"
-                await trio.sleep(delay)
-                continue
-            if not self._slot_free(listener):
-                reason = reason or "max_connections"
-                await self._slot_freed.park()
-                continue
-            return reason
+        # As Kafka's waitForConnectionSlot: one throttle wait computed up front, then wait for
+        # a free slot as long as it takes.
+        delay = self._rate_wait(listener, trio.current_time())
+        if delay > 0:
+            reason = "connection_rate"
+            await trio.sleep(delay)
+        while not self._slot_free(listener):
+            reason = reason or "max_connections"
+            await self._slot_freed.park()
+        return reason
 
     def inc(self, listener: str, ip: str) -> None:
         """Count a new connection, or raise :class:`TooManyConnections` (nothing counted)."""

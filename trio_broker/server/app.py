@@ -29,6 +29,8 @@ from ..network.socket_server import BoundListener, SocketServer, advertised_endp
 from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
+from ..coordinator import GroupCoordinator
+from ..storage.manager import LogManager
 from .broker import Broker
 from .handler_pool import RequestHandlerPool
 from .metrics_http import serve_metrics
@@ -69,23 +71,11 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def _open_storage(config: BrokerConfig) -> Any:
-    """The storage layer, when it is installed in this tree (trio_broker.storage)."""
-    try:
-        from ..storage.manager import LogManager
-    except ImportError:
-        return None
+def _open_storage(config: BrokerConfig) -> LogManager:
+    """Open the log directory: lock it, load topics, recover what a crash left behind."""
     manager = LogManager(config)
     manager.open()
     return manager
-
-
-def _open_coordinator(config: BrokerConfig, log_manager: Any) -> Any:
-    try:
-        from ..coordinator import GroupCoordinator
-    except ImportError:
-        return None
-    return GroupCoordinator(config, log_manager)
 
 
 class BrokerApp:
@@ -125,8 +115,8 @@ class BrokerApp:
              ignored_config_keys=",".join(config.ignored_keys))
         cluster_id = await trio.to_thread.run_sync(load_or_create_cluster_id, config)
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
-        broker = Broker(config, cluster_id, log_manager=log_manager)
-        broker.group_coordinator = _open_coordinator(config, log_manager)
+        broker = Broker(config, cluster_id, log_manager=log_manager,
+                        group_coordinator=GroupCoordinator(config, log_manager))
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)
         server = self.socket_server
@@ -134,12 +124,10 @@ class BrokerApp:
             async with trio.open_nursery() as root:
                 # Inner services first, so the front end never hands work to a missing back end.
                 self._storage_scope = trio.CancelScope()
-                if log_manager is not None and hasattr(log_manager, "run"):
-                    await root.start(self._run_in_scope, self._storage_scope, log_manager.run)
+                await root.start(self._run_in_scope, self._storage_scope, log_manager.run)
                 self._coordinator_scope = trio.CancelScope()
-                coordinator = broker.group_coordinator
-                if coordinator is not None and hasattr(coordinator, "run"):
-                    await root.start(self._run_in_scope, self._coordinator_scope, coordinator.run)
+                await root.start(self._run_in_scope, self._coordinator_scope,
+                                 broker.group_coordinator.run)
                 self._purgatory_scope = trio.CancelScope()
                 broker.purgatory = await root.start(self._run_purgatory)
                 self._pools = [RequestHandlerPool(broker, server, server.data_plane_channel,
@@ -169,7 +157,7 @@ class BrokerApp:
                 root.cancel_scope.cancel()
         finally:
             trio.lowlevel.remove_instrument(self.metrics.idle)
-            if log_manager is not None:
+            with trio.CancelScope(shield=True):  # flush even when cancelled from outside
                 await trio.to_thread.run_sync(log_manager.close)
             emit("broker_stopped", uptime_s=round(time.monotonic() - self._started_at, 3))
             log.flush()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ..config import BrokerConfig, Endpoint
+
+from ..coordinator import GroupCoordinator
+from ..storage.manager import LogManager
 
 if TYPE_CHECKING:
     import trio
@@ -22,8 +25,12 @@ class Broker:
 
     config: BrokerConfig
     cluster_id: str
-    log_manager: Any = None
-    group_coordinator: Any = None
+    #: Not opened here: the app opens it (in a worker thread) before serving.
+    log_manager: LogManager = attrs.field(
+        default=attrs.Factory(lambda self: LogManager(self.config), takes_self=True))
+    group_coordinator: GroupCoordinator = attrs.field(
+        default=attrs.Factory(lambda self: GroupCoordinator(self.config, self.log_manager),
+                              takes_self=True))
     #: Advertised endpoint of each listener (by upper-case name), known once bound.
     advertised: dict[str, Endpoint] = attrs.field(factory=dict)
     #: Nursery for parked (delayed) operations; set while the broker runs.
