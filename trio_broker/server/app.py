@@ -25,11 +25,11 @@ import trio
 
 from .. import __version__
 from ..config import KAFKA_KEYS_WITHOUT_EFFECT, BrokerConfig, Endpoint, parse_properties
+from ..coordinator import GroupCoordinator
 from ..network.socket_server import BoundListener, SocketServer, advertised_endpoints
 from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
-from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
 from .broker import Broker
 from .handler_pool import RequestHandlerPool

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..config import BrokerConfig, Endpoint
-
 from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
 
