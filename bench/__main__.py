@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write the results as JSON (default: bench-results.json in a "
                              "temporary directory, path printed)")
-    parser.add_argument("--profile", action="store_true",
-                        help="run the produce benchmark with the broker under cProfile and "
-                             "print the top 25 functions by cumulative time")
+    parser.add_argument("--profile", nargs="?", const="throughput", default=None,
+                        choices=["throughput", "small_requests"],
+                        help="run the produce benchmark (or the pipelined small-request load) "
+                             "with the broker under cProfile and print the top 25 functions by "
+                             "cumulative time")
     parser.add_argument("--profile-out", type=Path, default=None, metavar="FILE",
                         help="where to keep the cProfile file (default: a temporary file)")
     args = parser.parse_args(argv)
@@ -103,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     results: list[BenchResult] = []
     if args.profile:
         out = args.profile_out or Path(tempfile.mkdtemp(prefix="trio-broker-prof-")) / "broker.prof"
-        results.append(_run_one("profile", lambda: throughput.run(args.quick, profile_to=out)))
+        if args.profile == "small_requests":
+            results.append(_run_one("profile", lambda: small_requests.profile(args.quick, out)))
+        else:
+            results.append(_run_one("profile",
+                                    lambda: throughput.run(args.quick, profile_to=out)))
         results[-1].notes.append(f"profile file: {out} (python -m pstats {out})")
     else:
         for name in args.only or list(BENCHMARKS):

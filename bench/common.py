@@ -108,6 +108,11 @@ def bench_env() -> dict[str, str]:
 class BrokerLauncher:
     """``python -m trio_broker run`` as a subprocess on a free port, with a temp data dir and log.
 
+    It runs in the repository directory: with hypothesis installed (the test extra), importing
+    kio registers hypothesis strategies, and hypothesis rebuilds its Unicode table (about 2 s)
+    when the current directory has no ``.hypothesis`` cache. A plain ``pip install`` has no
+    hypothesis; running from the repository keeps that one-off cost out of every figure.
+
     With ``profile_to`` the broker runs under ``python -m cProfile -o FILE``; ``stop`` sends
     SIGTERM so the broker shuts down cleanly and cProfile writes the file.
     """
@@ -155,7 +160,7 @@ class BrokerLauncher:
         self.spawned_at = time.perf_counter()
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, env=bench_env(),
-                                        cwd=str(self.workdir))
+                                        cwd=str(REPO_ROOT))
 
     def is_ready(self) -> bool:
         """True once the broker has logged ``broker_ready``."""

@@ -13,9 +13,12 @@ Target: pipelining at least twice the one-in-flight rate (BRIEF §7).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import trio
 
 from .common import BenchResult, Figure, running_broker, running_helper
+from .throughput import top_functions
 from .wire import api_versions_frame, measure_rate, probe_api_versions_body
 
 PIPELINE = 16
@@ -31,6 +34,23 @@ def _rates(port: int, window: int, warmup: float, duration: float,
         rates[connections] = rate
         errors.append(failed)
     return rates
+
+
+def profile(quick: bool, profile_to: Path) -> BenchResult:
+    """The pipelined load (50 connections x 16 in flight) with the broker under cProfile."""
+    warmup, duration = (0.3, 1.5) if quick else (0.5, 3.0)
+    result = BenchResult("profile small_requests")
+    overrides = {"logging.metrics.snapshot.interval.ms": "0",
+                 "connection.max.inflight.requests": str(PIPELINE)}
+    with running_broker(overrides, profile_to=profile_to) as broker:
+        rate, errors = trio.run(measure_rate, broker.port, api_versions_frame(),
+                                CONNECTION_COUNTS[-1], PIPELINE, warmup, duration)
+    result.figures.append(Figure(f"broker under cProfile, {PIPELINE} in flight, "
+                                 f"{CONNECTION_COUNTS[-1]} conns", rate, "req/s"))
+    if errors:
+        result.notes.append(f"connection errors during the load: {errors}")
+    result.details = top_functions(profile_to)
+    return result
 
 
 def run(quick: bool) -> BenchResult:

@@ -6,6 +6,7 @@ Trio program pays: interpreter start plus importing Trio). Target: ready within 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -14,14 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import BenchResult, BrokerLauncher, Figure, bench_env, median
+from .common import REPO_ROOT, BenchResult, BrokerLauncher, Figure, bench_env, median
 
 TARGET_READY_S = 0.5
 
 
 def _spawn_to_exit(code: str) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=bench_env())
+    subprocess.run([sys.executable, "-c", code], check=True, env=bench_env(), cwd=REPO_ROOT)
     return time.perf_counter() - started
 
 
@@ -96,4 +97,7 @@ def run(quick: bool) -> BenchResult:
         result.figures.append(Figure("broker's own startup_ms (median)", median(internal), "s",
                                      note="from config loaded to listeners bound"))
     result.notes.append(f"{runs} runs each; ready = the broker_ready line in the log file")
+    if importlib.util.find_spec("hypothesis") is not None:
+        result.notes.append("hypothesis is installed: importing kio also imports it (phantom-types "
+                            "registers strategies), part of the import floor above")
     return result
