@@ -244,3 +244,29 @@ def test_cli_directory_input_and_time_window(spark: Any, scenario_logs: list[Pat
     assert summary["events_in_range"] == dict(Counter(r["event"] for r in window))
     assert summary["malformed_lines"] == len(MALFORMED_LINES)  # counted over the whole input
     assert spark.sparkContext._jsc is not None  # the shared session was not stopped
+
+
+def _load_example() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "analyze_logs.py"
+    spec = importlib.util.spec_from_file_location("analyze_logs_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_ad_hoc_query(spark: Any, scenario_logs: list[Path], raw: list[dict[str, Any]],
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    from trio_broker.analytics.jobs import read_logs, valid_events
+
+    example = _load_example()
+    events = valid_events(read_logs(spark, [str(p) for p in scenario_logs]))
+    rows = example.slow_requests_by_client(events, api="Produce", slower_than_ms=5.0).collect()
+    expected = Counter(r["client_id"] for r in _requests(raw)
+                       if r["api"] == "Produce" and r["total_ms"] >= 5.0)
+    assert {r["client_id"]: r["requests"] for r in rows} == dict(expected)
+    assert example.main([str(scenario_logs[0].parent), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "p95_total_ms" in out and f"{len(MALFORMED_LINES)} malformed line(s)" in out

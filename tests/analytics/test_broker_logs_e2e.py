@@ -1,0 +1,137 @@
+"""End to end: run ``trio_broker run``, drive it with confluent-kafka, provoke refused connections,
+stop it, run ``trio_broker analyze`` over its log files, and check the numbers against what the
+test did and against counts taken from the raw lines.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analytics.analytics_logs import read_raw, rotation_order
+from trio_broker.analytics.cli import main
+
+pytestmark = pytest.mark.spark
+
+PER_IP_LIMIT = 4
+EXTRA_SOCKETS = 3
+RECORDS = 30
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _count(process: Any, event: str) -> int:
+    return sum(1 for e in process.events() if e["event"] == event)
+
+
+def _drive_with_clients(bootstrap: str) -> None:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "e2e-admin"})
+    assert admin.list_topics(timeout=15).brokers
+    for future in admin.create_topics([NewTopic("analytics-e2e", 2, 1)]).values():
+        future.result(15)
+    del admin
+
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "e2e-producer",
+                         "linger.ms": 0, "batch.num.messages": 1})
+    delivered: list[Any] = []
+    for index in range(RECORDS):
+        producer.produce("analytics-e2e", value=b"x" * 200, key=str(index).encode(),
+                         on_delivery=lambda err, msg: delivered.append(err))
+        producer.poll(0)
+    assert producer.flush(20) == 0
+    assert delivered == [None] * RECORDS
+    del producer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": "e2e-consumer",
+                         "group.id": "e2e-group", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe(["analytics-e2e"])
+    received = 0
+    deadline = time.monotonic() + 30
+    while received < RECORDS and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            received += 1
+    consumer.close()
+    assert received == RECORDS
+
+
+def _refuse_connections(process: Any, port: int) -> None:
+    """Hold PER_IP_LIMIT connections, then open EXTRA_SOCKETS more: each is refused."""
+    _wait_for(lambda: _count(process, "connection_closed") >= _count(process,
+                                                                     "connection_accepted"),
+              "the clients' connections to close")
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(PER_IP_LIMIT)]
+    try:
+        _wait_for(lambda: _count(process, "connection_accepted")
+                  - _count(process, "connection_closed") == PER_IP_LIMIT,
+                  "the held connections to be accepted")
+        refused = [socket.create_connection(("127.0.0.1", port)) for _ in range(EXTRA_SOCKETS)]
+        for sock in refused:
+            sock.settimeout(10)
+            assert sock.recv(1) == b""  # the broker closed it at once
+            sock.close()
+        _wait_for(lambda: _count(process, "connection_rejected") == EXTRA_SOCKETS,
+                  "the refusals to be logged")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Path) -> None:
+    process = broker_process({"max.connections.per.ip": str(PER_IP_LIMIT),
+                              "logging.file.max.bytes": "30000",
+                              "logging.file.backup.count": "50"})
+    _drive_with_clients(process.bootstrap)
+    _refuse_connections(process, process.port)
+    time.sleep(1.2)  # at least one periodic metrics_snapshot with the broker busy
+    assert process.stop() == 0
+
+    files = rotation_order(process.log_path)
+    assert len(files) >= 2, "the run should have rotated its log at least once"
+    raw, bad = read_raw(files)
+    assert bad == 0
+
+    out = tmp_path / "analysis"
+    assert main([str(process.log_path) + "*", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+
+    requests = Counter(r["api"] for r in raw if r["event"] == "request")
+    assert summary["requests_by_api"] == dict(requests)
+    assert requests["Produce"] >= 1 and requests["Fetch"] >= 1
+    assert summary["rejected_connections"] == {"per_ip_limit": EXTRA_SOCKETS}
+    assert summary["rejected_connections_by_ip"] == {"127.0.0.1": EXTRA_SOCKETS}
+    assert summary["malformed_lines"] == 0
+    assert summary["lines"] == len(raw)
+    assert summary["events_by_name"] == dict(sorted(Counter(r["event"] for r in raw).items()))
+    assert summary["closed_connections"] == dict(
+        Counter(r["reason"] for r in raw if r["event"] == "connection_closed"))
+    assert summary["metrics_snapshots"] == sum(r["event"] == "metrics_snapshot" for r in raw) > 0
+
+    clients = {c["client_id"]: c for c in summary["top_clients"]}
+    assert {"e2e-admin", "e2e-producer", "e2e-consumer"} <= set(clients)
+    produced = [r for r in raw if r["event"] == "request" and r["client_id"] == "e2e-producer"]
+    assert clients["e2e-producer"]["requests"] == len(produced)
+    assert clients["e2e-producer"]["total_bytes"] == sum(
+        r["request_bytes"] + r["response_bytes"] for r in produced)
+    assert sum(r["request_bytes"] for r in produced if r["api"] == "Produce") \
+        >= RECORDS * 200  # every record's value went through Produce requests
+
+    page = (out / "report.html").read_text()
+    assert "per_ip_limit" in page and "e2e-producer" in page
