@@ -529,3 +529,40 @@ async def test_shutdown_closes_connections_with_reason(start_broker: Any, log_ev
     await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
     await running.shutdown()
     assert log_events.events("connection_closed", reason="shutdown")
+
+
+async def test_no_op_action_lets_the_next_request_through(broker: Any, log_events: Any) -> None:
+    """testNoOpAction: Produce with acks=0 gets no response (NoOp) and does not leave the
+    connection muted: the request pipelined after it is read and answered."""
+    import datetime
+
+    from kio.schema.produce.v9 import request as produce
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    from trio_broker.protocol.records import build_batch
+
+    broker.broker.log_manager.create_topic("noop", 1)
+    batch = build_batch([(b"k", b"v", [], 1_700_000_000_000)])
+    body = produce.ProduceRequest(
+        acks=i16(0), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(produce.TopicProduceData(name="noop", partition_data=(
+            produce.PartitionProduceData(index=i32(0), records=batch),)),))
+    client = await WireClient.connect(broker.port)
+    await client.send_raw(client.encode(0, 9, body) + client.encode(API_VERSIONS, 3,
+                                                                    API_VERSIONS_V3))
+    client._sent.pop(1)  # no response will come for the Produce
+    correlation, _ = await client.receive()
+    assert correlation == 2
+    noop = await log_events.wait_for("request", api="Produce")
+    assert noop[0]["response_action"] == "noop" and noop[0]["response_bytes"] == 0
+    assert broker.broker.log_manager.read("noop", 0, 0, 1 << 20).high_watermark == 1
+
+
+async def test_listen_backlog(start_broker: Any) -> None:
+    """testListenBacklogSize: connections beyond what is accepted wait in the backlog."""
+    running = await start_broker({"socket.listen.backlog.size": "128", "max.connections": "1"})
+    first = await WireClient.connect(running.port)
+    await first.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    waiting = [await WireClient.connect(running.port) for _ in range(100)]  # all connect
+    await first.aclose()
+    await waiting[0].request(API_VERSIONS, 3, API_VERSIONS_V3)
