@@ -45,12 +45,12 @@ def _row(figure: Figure) -> list[str]:
     met = {True: "yes", False: "NO", None: ""}[figure.met]
     return [figure.name, _fmt(figure.value), figure.unit, figure.baseline or "",
             _fmt(figure.baseline_value), "" if ratio is None else f"{ratio:.2f}x",
-            figure.target or "", met]
+            figure.target or "", met, figure.note]
 
 
 def render(results: list[BenchResult]) -> str:
     """The results as a plain-text table, one section per benchmark."""
-    header = ["figure", "value", "unit", "baseline", "baseline value", "ratio", "target", "met"]
+    header = ["figure", "value", "unit", "baseline", "baseline value", "ratio", "target", "met", "note"]
     lines: list[str] = []
     for result in results:
         lines.append(f"== {result.name} ({result.seconds:.1f} s)")
@@ -60,8 +60,8 @@ def render(results: list[BenchResult]) -> str:
         if result.figures:
             widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
             for row in rows:
-                lines.append("   " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths,
-                                                                              strict=True)))
+                cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                lines.append(("   " + "  ".join(cells)).rstrip())
         for note in result.notes:
             lines.append(f"   note: {note}")
         if result.details:

@@ -66,10 +66,11 @@ def run(quick: bool) -> BenchResult:
         Figure(f"broker RSS per idle connection ({connections})", per_conn / 1024, "KiB",
                "minimal trio server", base_per_conn / 1024, f"<= {TARGET_BYTES // 1024} KiB",
                per_conn <= TARGET_BYTES),
-        Figure("broker RSS before / after", before / 2**20, "MiB",
-               note=f"after: {after / 2**20:.1f} MiB"),
-        Figure("minimal trio server RSS before / after", base_before / 2**20, "MiB",
-               note=f"after: {base_after / 2**20:.1f} MiB"),
+        Figure(f"broker RSS at {WARMUP_CONNECTIONS} connections", before / 2**20, "MiB",
+               note=f"{after / 2**20:.1f} MiB at {WARMUP_CONNECTIONS + connections}"),
+        Figure(f"minimal trio server RSS at {WARMUP_CONNECTIONS} connections",
+               base_before / 2**20, "MiB",
+               note=f"{base_after / 2**20:.1f} MiB at {WARMUP_CONNECTIONS + connections}"),
     ]
     result.notes.append(f"growth measured from {WARMUP_CONNECTIONS} warm-up connections to "
                         f"{WARMUP_CONNECTIONS + connections}")
