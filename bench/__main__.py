@@ -84,7 +84,9 @@ def _run_one(name: str, fn: Callable[[], BenchResult]) -> BenchResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="trio_broker benchmarks: every figure next to a baseline from the same run.")
     parser.add_argument("--quick", action="store_true",
                         help="fewer runs, fewer connections and messages, shorter load")
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
