@@ -799,7 +799,7 @@ class GroupCoordinator:
             return _done(SyncResult(E.rebalance_in_progress))
         leader = group.is_leader(member_id)
         emit("group_sync", group_id=group_id, member_id=member_id, generation=generation_id,
-             leader=leader, state=group.state.value)
+             is_leader=leader, state=group.state.value)
         group.pending_sync.discard(member_id)
         self._touch(member)
         if group.state is GroupState.STABLE:

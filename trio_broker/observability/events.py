@@ -170,7 +170,7 @@ _EVENT_LIST = [
            "protocols": STRING, "session_timeout_ms": LONG, "rebalance_timeout_ms": LONG,
            "generation": LONG, "state": STRING, "reason": STRING}),
     _spec("group_sync", "A member's SyncGroup was accepted.",
-          {**_GROUP, "member_id": STRING, "generation": LONG, "leader": BOOLEAN,
+          {**_GROUP, "member_id": STRING, "generation": LONG, "is_leader": BOOLEAN,
            "state": STRING}),
     _spec("rebalance_started", "A group started a rebalance (PreparingRebalance).",
           {**_GROUP, "reason": STRING, "generation": LONG, "members": LONG,
