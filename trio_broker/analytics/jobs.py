@@ -111,9 +111,14 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     conf.set("spark.ui.enabled", "false")
     conf.set("spark.ui.showConsoleProgress", "false")
     conf.set("spark.sql.session.timeZone", "UTC")
-    if (conf.get("spark.master") or "").startswith("local") \
-            and not conf.contains("spark.sql.shuffle.partitions"):
-        conf.set("spark.sql.shuffle.partitions", "2")
+    if (conf.get("spark.master") or "").startswith("local"):
+        # Broker logs analysed on one machine are small for Spark: compiling whole-stage code
+        # and re-planning adaptively cost more (tens of seconds on a cold JVM) than they save.
+        for key, value in (("spark.sql.shuffle.partitions", "2"),
+                           ("spark.sql.codegen.wholeStage", "false"),
+                           ("spark.sql.adaptive.enabled", "false")):
+            if not conf.contains(key):
+                conf.set(key, value)
     for key, value in (extra_conf or {}).items():
         conf.set(key, value)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
