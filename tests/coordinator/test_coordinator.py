@@ -170,6 +170,8 @@ async def test_session_expiry_mid_rebalance(harness: Harness, nursery: trio.Nurs
     elapsed = trio.current_time() - start
     assert 9.9 <= elapsed <= 10.1, elapsed
     assert rejoined.generation_id == gen + 1
+    await trio.testing.wait_all_tasks_blocked()  # the newcomer's join returns too
+    assert results["c"].generation_id == gen + 1
     assert {m[0] for m in rejoined.members} == {leader, results["c"].member_id}
     expired = log_events.events("member_expired", member_id=follower)
     assert [e["reason"] for e in expired] == ["session_timeout"]
