@@ -128,8 +128,8 @@ def test_slowest_requests_name_the_dominant_stage(analysis: AnalysisResult,
 def test_top_clients_by_requests_and_bytes(analysis: AnalysisResult,
                                            raw: list[dict[str, Any]]) -> None:
     requests = Counter(r["client_id"] for r in _requests(raw))
-    sent = Counter()
-    received = Counter()
+    sent: Counter[str] = Counter()
+    received: Counter[str] = Counter()
     for record in _requests(raw):
         sent[record["client_id"]] += record["request_bytes"]
         received[record["client_id"]] += record["response_bytes"]

@@ -144,3 +144,28 @@ def test_follow_aggregates_per_minute_while_the_log_grows(spark: Any, tmp_path: 
     assert sum(r["request_bytes"] or 0 for r in rows) == 300
     assert len(batches) >= 2  # updates arrived while the log grew, not once at the end
     assert len(list(logs.glob("broker.log.*"))) >= 1  # and across a rotation
+
+
+@pytest.mark.spark
+def test_cli_follow_with_parquet_sink(spark: Any, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from trio_broker.analytics.cli import main
+    from trio_broker.analytics.stream import print_batch
+
+    logs = tmp_path / "logs"
+    with logging_to(logs / "broker.log"):
+        for i in range(7):
+            log.emit("request", api="Metadata", client_id="c", total_ms=float(i), error="NONE")
+        log.emit("connection_muted", reason="memory", inflight=0)
+    out = tmp_path / "out"
+    assert main(["--follow", str(logs), "--sink", "parquet", "--out", str(out),
+                 "--trigger", "0.5", "--timeout", "2"]) == 0
+    assert "analyze: following" in capsys.readouterr().err
+    table = spark.read.parquet(str(out / "minute_aggregates.parquet"))
+    latest = table.orderBy("batch_id").collect()[-1]
+    assert (latest["requests"], latest["mutes"], latest["malformed"]) == (7, 1, 0)
+    assert spark.sparkContext._jsc is not None  # the shared session was not stopped
+
+    print_batch(table.drop("batch_id"), 3)
+    printed = capsys.readouterr().out
+    assert printed.startswith("-- batch 3:") and "requests" in printed.splitlines()[1]
