@@ -84,6 +84,7 @@ def test_bad_arguments_exit_with_usage(capsys: pytest.CaptureFixture[str],
     assert "usage: trio_broker analyze" in capsys.readouterr().err
 
 
+@pytest.mark.spark  # past argument parsing, main needs pyspark installed
 def test_bad_paths_and_times_exit_2_before_starting_spark(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2

@@ -69,21 +69,23 @@ def main(argv: list[str]) -> int:
     """Run ``trio_broker analyze`` with ``argv`` (the arguments after ``analyze``)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.follow is not None:
+        if args.paths:
+            parser.error("--follow takes a directory and no PATH arguments")
+        if args.sink == "parquet" and args.out is None:
+            parser.error("--sink parquet needs --out DIR")
+    else:
+        if not args.paths:
+            parser.error("give at least one PATH (file, glob or directory), or --follow DIR")
+        if args.out is None:
+            parser.error("--out DIR is required")
     if not pyspark_available():
         print("trio_broker analyze needs PySpark, which is not installed.\n"
               f"Install the analytics extra:  {INSTALL_HINT}\n"
               "(Spark also needs a Java 17 or 21 runtime.)", file=sys.stderr)
         return 2
     if args.follow is not None:
-        if args.paths:
-            parser.error("--follow takes a directory and no PATH arguments")
-        if args.sink == "parquet" and args.out is None:
-            parser.error("--sink parquet needs --out DIR")
         return _follow(args)
-    if not args.paths:
-        parser.error("give at least one PATH (file, glob or directory), or --follow DIR")
-    if args.out is None:
-        parser.error("--out DIR is required")
     try:
         files = expand_paths(args.paths)
         since = parse_time(args.since) if args.since else None
