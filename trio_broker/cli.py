@@ -50,7 +50,15 @@ def build_config(config_file: str | None, overrides: Sequence[str]) -> BrokerCon
     return load_config(*sources)
 
 
+def _skip_optional_test_imports() -> None:
+    """kio tries ``import hypothesis`` to register test strategies; in a development install
+    that import alone costs 0.5-2.5 s of start-up. The broker process never needs it."""
+    if "hypothesis" not in sys.modules:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _skip_optional_test_imports()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["analyze"]:
         from .analytics.cli import main as analyze_main

@@ -265,6 +265,9 @@ class Connection:
         version = getattr(body, "client_software_version", None)
         if valid_client_software(name) and valid_client_software(version):
             assert name is not None and version is not None
+            if (name, version) == (self.info.client_software_name,
+                                   self.info.client_software_version):
+                return  # clients repeat ApiVersions on reconnect-free retries; log changes only
             self.info.client_software_name = name
             self.info.client_software_version = version
             emit("client_registered", client_software_name=name, client_software_version=version)

@@ -172,8 +172,12 @@ def encode_response(request: DecodedRequest, body: Any) -> bytes:
 
     ApiVersions always answers with header v0 so that any client can read it.
     """
-    flexible = bool(type(body).__flexible__) and request.api_key != API_VERSIONS_KEY
-    payload = encode_body(body)
+    return frame_response(request, encode_body(body), bool(type(body).__flexible__))
+
+
+def frame_response(request: DecodedRequest, payload: bytes, flexible: bool) -> bytes:
+    """Frame an already encoded response body for ``request``."""
+    flexible = flexible and request.api_key != API_VERSIONS_KEY
     header = _CORRELATION_ID.pack(request.correlation_id)
     if flexible:
         header += b"\x00"  # empty tagged-field section

@@ -20,17 +20,31 @@ def response_error(body: Any) -> str:
     return found.name.upper() if found is not None else "NONE"
 
 
+# Per message class: whether it has an error_code, and which fields hold nested entities.
+_SHAPES: dict[type, tuple[bool, tuple[str, ...]]] = {}
+
+
+def _shape(cls: type) -> tuple[bool, tuple[str, ...]]:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        fields = dataclasses.fields(cls)
+        nested = tuple(f.name for f in fields if "tuple[" in str(f.type) and "kafka_type"
+                       not in f.metadata)
+        shape = _SHAPES[cls] = (any(f.name == "error_code" for f in fields), nested)
+    return shape
+
+
 def _first_error(value: Any, depth: int) -> ErrorCode | None:
     if depth > _MAX_DEPTH or not dataclasses.is_dataclass(value):
         return None
-    code = getattr(value, "error_code", None)
-    if isinstance(code, ErrorCode) and code is not ErrorCode.none:
-        return code
-    for field in dataclasses.fields(value):
-        child = getattr(value, field.name)
-        if isinstance(child, tuple):
-            for item in child:
-                found = _first_error(item, depth + 1)
-                if found is not None:
-                    return found
+    has_error, nested = _shape(type(value))
+    if has_error:
+        code = getattr(value, "error_code")  # noqa: B009
+        if code != 0:
+            return ErrorCode(code)
+    for name in nested:
+        for item in getattr(value, name):
+            found = _first_error(item, depth + 1)
+            if found is not None:
+                return found
     return None

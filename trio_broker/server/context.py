@@ -39,6 +39,14 @@ class Parked:
     wait: Callable[[], Awaitable[Any]]
 
 
+@attrs.frozen
+class EncodedBody:
+    """A response body a handler has already encoded (and cached): the pool sends it as is."""
+
+    payload: bytes
+    error: str = "NONE"
+
+
 class _NoResponse:
     def __repr__(self) -> str:
         return "NO_RESPONSE"

@@ -15,9 +15,9 @@ import trio
 
 from ..network.request_channel import Request, RequestChannel, ResponseAction
 from ..observability.log import bound, emit
-from ..protocol.codec import encode_response
+from ..protocol.codec import encode_response, frame_response
 from ..protocol.errors import response_error
-from .context import NO_RESPONSE, CloseConnection, Parked, RequestContext
+from .context import NO_RESPONSE, CloseConnection, EncodedBody, Parked, RequestContext
 from .registry import handlers
 
 if TYPE_CHECKING:
@@ -112,6 +112,10 @@ class RequestHandlerPool:
             slot.complete(ResponseAction.CLOSE, close_reason=close_reason)
         elif body is NO_RESPONSE:
             slot.complete(ResponseAction.NOOP, throttle_ms=ctx.throttle_ms)
+        elif isinstance(body, EncodedBody):
+            # ApiVersions is the only pre-encoded answer, and it always uses header v0.
+            slot.complete(ResponseAction.SEND, frame_response(request.decoded, body.payload, False),
+                          error=body.error, throttle_ms=ctx.throttle_ms)
         else:
             slot.complete(ResponseAction.SEND, encode_response(request.decoded, body),
                           error=response_error(body), throttle_ms=ctx.throttle_ms)

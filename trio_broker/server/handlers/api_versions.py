@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from functools import cache
 from types import ModuleType
 from typing import Any
 
@@ -14,8 +15,8 @@ from kio.schema.api_versions.v4 import response as v4
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta
 
-from ...protocol.codec import API_VERSIONS_KEY, valid_client_software
-from ..context import RequestContext
+from ...protocol.codec import API_VERSIONS_KEY, encode_body, valid_client_software
+from ..context import EncodedBody, RequestContext
 from ..registry import api_handler, supported_versions
 
 _RESPONSES: tuple[ModuleType, ...] = (v0, v1, v2, v3, v4)
@@ -26,15 +27,23 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 async def handle_api_versions(ctx: RequestContext, body: Any) -> Any:
     """Kafka's rules: an unsupported version is answered as v0 with UNSUPPORTED_VERSION and the
     ApiVersions range; v3+ requests with an invalid client name or version get INVALID_REQUEST."""
-    table = supported_versions()
     if ctx.request.unsupported_version:
-        return _response(0, ErrorCode.unsupported_version,
-                         {API_VERSIONS_KEY: table[API_VERSIONS_KEY]})
+        return _encoded(0, ErrorCode.unsupported_version, only_api_versions=True)
     error = ErrorCode.none
     if ctx.api_version >= 3 and not (valid_client_software(body.client_software_name)
                                      and valid_client_software(body.client_software_version)):
         error = ErrorCode.invalid_request
-    return _response(ctx.api_version, error, table)
+    return _encoded(ctx.api_version, error)
+
+
+@cache
+def _encoded(version: int, error: ErrorCode, *, only_api_versions: bool = False) -> EncodedBody:
+    """Every client starts with ApiVersions and the answer never changes: encode it once."""
+    table = supported_versions()
+    if only_api_versions:
+        table = {API_VERSIONS_KEY: table[API_VERSIONS_KEY]}
+    body = _response(version, error, table)
+    return EncodedBody(encode_body(body), error.name.upper())
 
 
 def _response(version: int, error: ErrorCode, table: dict[int, tuple[int, int]]) -> Any:
