@@ -121,8 +121,8 @@ def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
             out.append(Emission(base + 15 * snap, "metrics_snapshot", {
                 "request_queue_size": rng.randint(0, 40),
                 "response_queue_size": rng.randint(0, 5),
-                "network_processor_avg_idle_percent": round(rng.uniform(20, 99), 2),
-                "request_handler_avg_idle_percent": round(rng.uniform(10, 99), 2),
+                "network_processor_avg_idle_percent": round(rng.uniform(0.2, 0.99), 4),
+                "request_handler_avg_idle_percent": round(rng.uniform(0.1, 0.99), 4),
                 "memory_pool_available": rng.randint(1 << 20, 100 << 20),
                 "memory_pool_used": rng.randint(0, 1 << 20),
                 "connection_count": rng.randint(3, 9)}))

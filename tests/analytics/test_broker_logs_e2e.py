@@ -124,6 +124,13 @@ def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Pa
         Counter(r["reason"] for r in raw if r["event"] == "connection_closed"))
     assert summary["metrics_snapshots"] == sum(r["event"] == "metrics_snapshot" for r in raw) > 0
 
+    rebalances = Counter(r["group_id"] for r in raw if r["event"] == "rebalance_started")
+    assert summary["group_rebalances"] == dict(rebalances)
+    assert rebalances["e2e-group"] >= 1  # the consumer joined its group
+    idle = [r["network_processor_avg_idle_percent"] for r in raw
+            if r["event"] == "metrics_snapshot"]
+    assert summary["network_processor_idle_percent"]["min"] == min(idle)
+
     clients = {c["client_id"]: c for c in summary["top_clients"]}
     assert {"e2e-admin", "e2e-producer", "e2e-consumer"} <= set(clients)
     produced = [r for r in raw if r["event"] == "request" and r["client_id"] == "e2e-producer"]

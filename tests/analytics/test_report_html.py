@@ -23,11 +23,11 @@ def _summary() -> dict[str, Any]:
 def _tables() -> dict[str, list[dict[str, Any]]]:
     return {
         "metrics_timeline": [
-            {"ts": "2026-03-14T09:00:00Z", "network_processor_avg_idle_percent": 90.0,
-             "request_handler_avg_idle_percent": 50.0, "request_queue_size": 3,
+            {"ts": "2026-03-14T09:00:00Z", "network_processor_avg_idle_percent": 0.9,
+             "request_handler_avg_idle_percent": 0.5, "request_queue_size": 3,
              "response_queue_size": 0},
-            {"ts": "2026-03-14T09:01:00Z", "network_processor_avg_idle_percent": 20.0,
-             "request_handler_avg_idle_percent": 40.0, "request_queue_size": 30,
+            {"ts": "2026-03-14T09:01:00Z", "network_processor_avg_idle_percent": 0.2,
+             "request_handler_avg_idle_percent": 0.4, "request_queue_size": 30,
              "response_queue_size": 1}],
         "latency_by_api": [{"api": "Produce", "requests": 4, "errors": 0, "p50_total_ms": 1.0,
                             "p95_total_ms": 2.0, "p99_total_ms": 3.0, "max_total_ms": 3.0,

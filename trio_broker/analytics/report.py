@@ -223,6 +223,11 @@ def _section(anchor: str, title: str, symptom: str, source: str, body: str) -> s
             f'<span class="hint">From {_esc(source)}.</span></p>{body}</section>')
 
 
+def _percent(ratio: Any) -> float | None:
+    # The *_idle_percent gauges are ratios from 0 to 1 (as Kafka's are); the chart shows percent.
+    return None if ratio is None else float(ratio) * 100.0
+
+
 def _counts(mapping: Mapping[str, Any]) -> list[tuple[str, float]]:
     return sorted(((str(k), float(v)) for k, v in mapping.items() if v),
                   key=lambda kv: (-kv[1], kv[0]))
@@ -270,10 +275,10 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
 
     timeline = tables.get("metrics_timeline", [])
     idle_chart = line_chart({
-        "network processor idle %": [(r["ts"], r.get("network_processor_avg_idle_percent"))
-                                     for r in timeline],
-        "request handler idle %": [(r["ts"], r.get("request_handler_avg_idle_percent"))
-                                   for r in timeline],
+        "network processor idle %": [
+            (r["ts"], _percent(r.get("network_processor_avg_idle_percent"))) for r in timeline],
+        "request handler idle %": [
+            (r["ts"], _percent(r.get("request_handler_avg_idle_percent"))) for r in timeline],
     }, unit="%", title="idle percent over time", y_max=100.0)
     sections.append(_section(
         "saturation", "I/O and processor saturation",

@@ -99,7 +99,9 @@ _EVENT_LIST = [
     _spec("broker_stopped", "The broker finished shutting down.", {"uptime_s": DOUBLE}),
     _spec("metrics_server_started", "Prometheus metrics are served over HTTP.",
           {"host": STRING, "port": LONG}),
-    _spec("metrics_snapshot", "Periodic snapshot of the front end's gauges.",
+    _spec("metrics_snapshot", "Periodic snapshot of the front end's gauges. The two "
+          "*_idle_percent values are ratios from 0 to 1, as Kafka's gauges of those names are; "
+          "memory_pool_available is -1 when the pool is unbounded.",
           {"request_queue_size": LONG, "response_queue_size": LONG,
            "network_processor_avg_idle_percent": DOUBLE, "memory_pool_available": LONG,
            "memory_pool_used": LONG, "connection_count": LONG, "request_handler_avg_idle_percent": DOUBLE}),
