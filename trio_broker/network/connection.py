@@ -15,13 +15,12 @@ Idle expiry is a cancel scope around both whose deadline moves on every read and
 
 from __future__ import annotations
 
-import collections
 import time
 from typing import TYPE_CHECKING
 
 import trio
 
-from ..observability.log import bound, emit
+from ..observability.log import bind, emit
 from ..protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -51,6 +50,15 @@ class _Close(Exception):
 class Connection:
     """State and tasks of one accepted socket."""
 
+    # Slots: thousands of idle connections each carry one of these.
+    __slots__ = (
+        "stream", "info", "ip", "_processor", "_server", "_decoder", "_max_inflight",
+        "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
+        "_throttle_deadline", "_idle_seconds", "_idle_scope", "_reader_scope",
+        "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
+        "requests", "closed",
+    )
+
     def __init__(self, stream: trio.SocketStream, info: ConnectionInfo, processor: Processor,
                  ip: str) -> None:
         self.stream = stream
@@ -63,7 +71,12 @@ class Connection:
         self._decoder = FrameDecoder(config.socket_request_max_bytes)
         self._max_inflight = config.connection_max_inflight_requests
         self._mute = ChannelMute() if self._max_inflight == 1 else None
-        self._pending: collections.deque[Request] = collections.deque()
+        # Requests read and not yet answered, in order (a list: usually 0 or 1 long, and an
+        # empty deque costs half a KiB per idle connection).
+        self._pending: list[Request] = []
+        # Kafka's one request in flight needs no concurrent writer: the connection's one task
+        # reads, waits for the answer, writes, reads on. Pipelining adds a writer task.
+        self._serial = self._max_inflight == 1
         self._inflight_lot = trio.lowlevel.ParkingLot()
         self._response_lot = trio.lowlevel.ParkingLot()
         self._throttle_deadline = 0.0
@@ -105,44 +118,48 @@ class Connection:
         info = self.info
         started = trio.current_time()
         reason, detail = "client", ""
-        with bound(connection_id=info.connection_id, listener=info.listener,
-                   processor=info.processor, peer=info.peer,
-                   security_protocol=info.security_protocol):
-            emit("connection_accepted", ip=self.ip)
-            try:
-                self._touch()
-                with self._idle_scope:
+        # This task's context is its own copy: the fields stay bound until the task ends.
+        bind(connection_id=info.connection_id, listener=info.listener, processor=info.processor,
+             peer=info.peer, security_protocol=info.security_protocol)
+        emit("connection_accepted", ip=self.ip)
+        try:
+            self._touch()
+            with self._idle_scope:
+                if self._serial:
+                    reason, detail = await self._read_until_done()
+                    await self._drain()
+                else:
                     async with trio.open_nursery() as nursery:
                         self._tasks = nursery
                         nursery.start_soon(self._write_responses)
                         reason, detail = await self._read_until_done()
                         await self._drain()
                         nursery.cancel_scope.cancel()
-                if self._write_failure is not None:
-                    reason, detail = self._write_failure
-                elif self._idle_scope.cancelled_caught:
-                    reason, detail = "idle", ""
-                    emit("connection_expired",
-                         idle_ms=float(self._server.config.connections_max_idle_ms))
-            except Exception as exc:  # a bug must cost one connection, never the processor
-                reason, detail = "error", repr(exc)
-            except BaseException:
-                # Cancelled (possibly inside an exception group): the processor is shutting down.
-                reason, detail = "shutdown", ""
-                raise
-            finally:
-                self.closed = True
-                # Answered by a handler but never sent: still counted (Kafka updates request
-                # metrics for responses to closed channels). Unanswered ones are counted by the
-                # handler pool when they complete.
-                self._drop([r for r in self._pending if r.slot.ready.is_set()])
-                self._release_frame_memory()
-                # Synchronous close: an await here would re-raise a pending cancellation and
-                # skip the bookkeeping below.
-                self.stream.socket.close()
-                self._processor.connection_closed(self, reason)
-                emit("connection_closed", reason=reason, detail=detail, requests=self.requests,
-                     duration_ms=round((trio.current_time() - started) * 1000, 3))
+            if self._write_failure is not None:
+                reason, detail = self._write_failure
+            elif self._idle_scope.cancelled_caught:
+                reason, detail = "idle", ""
+                emit("connection_expired",
+                     idle_ms=float(self._server.config.connections_max_idle_ms))
+        except Exception as exc:  # a bug must cost one connection, never the processor
+            reason, detail = "error", repr(exc)
+        except BaseException:
+            # Cancelled (possibly inside an exception group): the processor is shutting down.
+            reason, detail = "shutdown", ""
+            raise
+        finally:
+            self.closed = True
+            # Answered by a handler but never sent: still counted (Kafka updates request
+            # metrics for responses to closed channels). Unanswered ones are counted by the
+            # handler pool when they complete.
+            self._drop([r for r in self._pending if r.slot.ready.is_set()])
+            self._release_frame_memory()
+            # Synchronous close: an await here would re-raise a pending cancellation and
+            # skip the bookkeeping below.
+            self.stream.socket.close()
+            self._processor.connection_closed(self, reason)
+            emit("connection_closed", reason=reason, detail=detail, requests=self.requests,
+                 duration_ms=round((trio.current_time() - started) * 1000, 3))
 
     def _release_frame_memory(self) -> None:
         if self._frame_reserved:
@@ -199,6 +216,9 @@ class Connection:
                 self._pending.remove(request)
                 self._server.memory_pool.release(reserved)
                 raise
+            if self._serial and not await self._write_next():
+                assert self._write_failure is not None
+                return self._write_failure
 
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""
@@ -275,56 +295,67 @@ class Connection:
     # ------------------------------------------------------------------ writing
     async def _drain(self) -> None:
         """Wait until every request read so far has been answered and sent."""
-        while self._pending:
-            await self._inflight_lot.park()
+        while self._pending and self._write_failure is None:
+            if self._serial:
+                await self._write_next()
+            else:
+                await self._inflight_lot.park()
 
     async def _write_responses(self) -> None:
-        """The writer task: a failed send or a CloseConnection response ends the connection."""
+        """The writer task (pipelining): ends the connection when a write ends it."""
+        while await self._write_next():
+            pass
+        self._tasks.cancel_scope.cancel()
+
+    async def _write_next(self) -> bool:
+        """Send the next ready responses; False when that ended the connection."""
         try:
-            await self._writer()
+            await self._write_batch()
         except _Close as close:
             self._write_failure = (close.reason, close.detail)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._write_failure = ("client", f"send failed: {exc!r}")
-        self._tasks.cancel_scope.cancel()
+        else:
+            return True
+        return False
 
-    async def _writer(self) -> None:
+    async def _write_batch(self) -> None:
+        """Wait for the oldest request's response, then send it with every one ready after it,
+        in order, in one ``send_all``."""
         pending = self._pending
-        while True:
-            if not pending or not pending[0].slot.ready.is_set():
-                await self._response_lot.park()
-                continue
-            batch: list[Request] = []
-            while pending and pending[0].slot.ready.is_set():
-                batch.append(pending.popleft())
-            dequeued = time.perf_counter_ns()
-            close: Request | None = None
-            payloads = []
-            for request in batch:
-                request.response_dequeue_ns = dequeued
-                action = request.slot.action
-                if action is ResponseAction.CLOSE:
-                    close = request
-                    break
-                if action is ResponseAction.SEND:
-                    payloads.append(request.slot.payload)
-            if payloads:
-                try:
-                    await self.stream.send_all(
-                        b"".join(payloads) if len(payloads) > 1 else payloads[0])
-                except BaseException:
-                    self._drop(batch)
-                    raise
-                self._touch()
-            ended = time.perf_counter_ns()
-            for request in batch:
-                request.end_ns = ended
-                self._sent(request)
-                if request is close:
-                    raise _Close("handler", request.slot.close_reason)
-            self._inflight_lot.unpark_all()
-            if not pending:
-                self._server.connection_progressed()
+        while not pending or not pending[0].slot.ready.is_set():
+            await self._response_lot.park()
+        batch: list[Request] = []
+        while pending and pending[0].slot.ready.is_set():
+            batch.append(pending.pop(0))
+        dequeued = time.perf_counter_ns()
+        close: Request | None = None
+        payloads = []
+        for request in batch:
+            request.response_dequeue_ns = dequeued
+            action = request.slot.action
+            if action is ResponseAction.CLOSE:
+                close = request
+                break
+            if action is ResponseAction.SEND:
+                payloads.append(request.slot.payload)
+        if payloads:
+            try:
+                await self.stream.send_all(
+                    b"".join(payloads) if len(payloads) > 1 else payloads[0])
+            except BaseException:
+                self._drop(batch)
+                raise
+            self._touch()
+        ended = time.perf_counter_ns()
+        for request in batch:
+            request.end_ns = ended
+            self._sent(request)
+            if request is close:
+                raise _Close("handler", request.slot.close_reason)
+        self._inflight_lot.unpark_all()
+        if not pending:
+            self._server.connection_progressed()
 
     def _drop(self, requests: list[Request]) -> None:
         ended = time.perf_counter_ns()

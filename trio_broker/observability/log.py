@@ -230,6 +230,11 @@ def emit(event: str, /, **fields: Any) -> None:
     getattr(_logger, level)(event, **fields)
 
 
+def bind(**fields: Any) -> None:
+    """Bind fields to every later event of the current task (its context is its own)."""
+    structlog.contextvars.bind_contextvars(**fields)
+
+
 @contextlib.contextmanager
 def bound(**fields: Any) -> Iterator[None]:
     """Bind fields to every event emitted in this task (and tasks it starts) for the block."""
