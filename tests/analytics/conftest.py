@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from tests.analytics.analytics_logs import MALFORMED_LINES, scenario, write_scenario
+from tests.analytics.analytics_logs import (
+    FUTURE_LINE,
+    MALFORMED_LINES,
+    scenario,
+    write_scenario,
+)
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +36,7 @@ def scenario_logs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     assert len(files) > 2, "the scenario must span rotated files"
     with path.open("a", encoding="utf-8") as live:
         live.write(MALFORMED_LINES[1] + "\n" + MALFORMED_LINES[2] + "\n")
+        live.write(FUTURE_LINE + "\n")
     with files[0].open("a", encoding="utf-8") as oldest:
         oldest.write("\n" + MALFORMED_LINES[0] + "\n")  # a torn line, then a blank one
     return files

@@ -74,7 +74,7 @@ def test_malformed_lines_counted_not_fatal(analysis: AnalysisResult,
     assert summary["malformed_lines"] == len(MALFORMED_LINES)
     assert summary["lines"] == len(raw) + len(MALFORMED_LINES)
     assert summary["events_by_name"] == dict(sorted(Counter(r["event"] for r in raw).items()))
-    assert summary["unknown_events"] == {}
+    assert summary["unknown_events"] == {"quorum_elected": 1}
 
 
 def test_time_range(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:
