@@ -230,7 +230,7 @@ def test_cli_directory_input_and_time_window(spark: Any, scenario_logs: list[Pat
     """A directory stands for all its log files, rotated ones included; --since/--until cut."""
     out = tmp_path / "out"
     since = BASE_TIME + timedelta(minutes=1)
-    code = main([str(scenario_logs[0].parent), "--out", str(out),
+    code = main([str(scenario_logs[0].parent), "--out", str(out), "--master", "local[2]",
                  "--since", since.isoformat(), "--until", "2026-03-14T09:02:00Z"])
     assert code == 0
     captured = capsys.readouterr()

@@ -81,6 +81,8 @@ def test_bad_arguments_exit_with_usage(capsys: pytest.CaptureFixture[str],
         cli.main([str(tmp_path)])  # no --out
     with pytest.raises(SystemExit):
         cli.main(["--follow", str(tmp_path), "--sink", "parquet"])  # parquet needs --out
+    with pytest.raises(SystemExit):
+        cli.main([str(tmp_path), "--out", "hdfs://nn/out"])
     assert "usage: trio_broker analyze" in capsys.readouterr().err
 
 

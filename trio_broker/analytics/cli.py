@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
                     "from trio_broker's structured JSON logs with Spark.")
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="log files, globs or directories (rotated *.log.N files included)")
-    parser.add_argument("--out", type=Path, help="output directory (tables, summary.json, "
+    parser.add_argument("--out", help="output directory (tables, summary.json, "
                         "report.html); with --follow, where the parquet sink writes")
     parser.add_argument("--master", help="Spark master URL (default: local[2], or what "
                         "spark-submit set)")
@@ -79,6 +79,9 @@ def main(argv: list[str]) -> int:
             parser.error("give at least one PATH (file, glob or directory), or --follow DIR")
         if args.out is None:
             parser.error("--out DIR is required")
+    if args.out is not None and "://" in args.out:
+        parser.error("--out is a directory on the driver's file system (for a cluster, "
+                     "one the executors share), not a URL")
     if not pyspark_available():
         print("trio_broker analyze needs PySpark, which is not installed.\n"
               f"Install the analytics extra:  {INSTALL_HINT}\n"
@@ -99,11 +102,12 @@ def main(argv: list[str]) -> int:
 
     from .jobs import get_spark, run_analysis
 
+    out = Path(str(args.out))
     report = _progress(args.quiet)
     report(f"starting Spark ({args.master or 'local'})")
     spark, created = get_spark(args.master)
     try:
-        result = run_analysis(spark, files, args.out, since=since, until=until,
+        result = run_analysis(spark, files, out, since=since, until=until,
                               slowest=args.slowest, progress=report)
     finally:
         if created:
@@ -112,7 +116,7 @@ def main(argv: list[str]) -> int:
     print(f"{summary['lines']} lines ({summary['malformed_lines']} malformed), "
           f"{summary['requests']} requests, "
           f"{sum(summary['rejected_connections'].values())} refused connections; "
-          f"report: {args.out / 'report.html'}")
+          f"report: {out / 'report.html'}")
     return 0
 
 
@@ -126,7 +130,7 @@ def _follow(args: argparse.Namespace) -> int:
         return 2
     report = _progress(args.quiet)
     spark, created = get_spark(args.master, app_name="trio_broker analyze --follow")
-    on_batch = parquet_sink(args.out) if args.sink == "parquet" else print_batch
+    on_batch = parquet_sink(Path(args.out)) if args.sink == "parquet" else print_batch
     try:
         with tempfile.TemporaryDirectory(prefix="trio-broker-follow-") as work:
             report(f"following {directory} (Ctrl-C to stop)")

@@ -96,12 +96,15 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     Without ``master`` (and no ``spark.master`` from ``spark-submit``), runs locally on two cores.
     Start-up is kept light: no web UI, no console progress bar, few shuffle partitions locally.
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         return active, False
+    # getOrCreate hands back a running context whatever the conf says: then it is not ours
+    # to stop (a test's shared session, a notebook's).
+    existing = SparkContext._active_spark_context is not None
     conf = SparkConf()
     if master:
         conf.setMaster(master)
@@ -122,6 +125,8 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     for key, value in (extra_conf or {}).items():
         conf.set(key, value)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    if existing:
+        return spark, False
     spark.sparkContext.setLogLevel("ERROR")
     return spark, True
 
