@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from trio_broker.observability import log
-from trio_broker.observability.events import COMMON_FIELDS, EVENTS, SCHEMA_VERSION, all_fields
+from trio_broker.observability.events import (
+    COMMON_FIELDS,
+    EVENTS,
+    SCHEMA_VERSION,
+    all_fields,
+    field_problems,
+)
 from trio_broker.observability.reference import render_reference, update_document
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +113,7 @@ def test_every_event_renders_with_its_declared_types(log_events: Any) -> None:
         assert set(COMMON_FIELDS) <= set(line), line["event"]
         for field, value in line.items():
             assert isinstance(value, PYTHON_TYPES[fields[field]]), (line["event"], field)
+        assert field_problems(line["event"], line) == []
         assert line["broker"] == 1 and line["schema_version"] == SCHEMA_VERSION
         assert line["timestamp"].endswith("Z")
 
@@ -134,3 +141,17 @@ def test_docs_logging_md_documents_the_current_declaration() -> None:
 def test_update_document_needs_the_markers(broken: str) -> None:
     with pytest.raises(ValueError, match="markers"):
         update_document(broken)
+
+
+def test_field_problems_names_undeclared_and_wrongly_typed_fields() -> None:
+    assert field_problems("request", {"api": "Produce", "api_version": 9, "total_ms": 3,
+                                      "error": None, "broker": 1}) == []
+    assert field_problems("request", {"api_version": True, "total_ms": "slow", "nope": 1}) == [
+        "event 'request' field 'api_version' is long, got bool True",
+        "event 'request' field 'total_ms' is double, got str 'slow'",
+        "event 'request' carries undeclared field 'nope'",
+    ]
+    assert field_problems("listener_bound", {"control_plane": 1}) == [
+        "event 'listener_bound' field 'control_plane' is boolean, got int 1"]
+    assert field_problems("no_such_event", {}) == [
+        "event 'no_such_event' is not declared in observability/events.py"]

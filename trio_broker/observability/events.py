@@ -214,3 +214,31 @@ assert len(EVENTS) == len(_EVENT_LIST), "an event name is declared twice"
 def all_fields(event: str) -> Mapping[str, str]:
     """The fields an event may carry, including the common ones."""
     return {**COMMON_FIELDS, **EVENTS[event].fields}
+
+
+#: The Python values a JSON value of each declared type may come from (None is always allowed).
+PYTHON_TYPES: Mapping[str, tuple[type, ...]] = {
+    STRING: (str,), LONG: (int,), DOUBLE: (float, int), BOOLEAN: (bool,)}
+
+
+def field_problems(event: str, fields: Mapping[str, object]) -> list[str]:
+    """What is wrong with one line's fields: undeclared names, or values of the wrong type.
+
+    A wrongly typed value makes Spark read the whole line as malformed, so strict logging should
+    refuse it as it refuses an undeclared field. ``bool`` is not a ``long`` here, although it is
+    an ``int`` in Python.
+    """
+    spec = EVENTS.get(event)
+    if spec is None:
+        return [f"event {event!r} is not declared in observability/events.py"]
+    declared = {**COMMON_FIELDS, **spec.fields}
+    problems = []
+    for name, value in fields.items():
+        type_name = declared.get(name)
+        if type_name is None:
+            problems.append(f"event {event!r} carries undeclared field {name!r}")
+        elif value is not None and (not isinstance(value, PYTHON_TYPES[type_name]) or (
+                type_name != BOOLEAN and isinstance(value, bool))):
+            problems.append(f"event {event!r} field {name!r} is {type_name}, "
+                            f"got {type(value).__name__} {value!r}")
+    return problems
