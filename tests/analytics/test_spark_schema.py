@@ -77,3 +77,31 @@ def test_every_event_written_by_emit_reads_back_exactly(spark: Any, tmp_path: Pa
             if field in conflicts:
                 continue
             assert row[field] == value, (record["event"], field)
+
+
+@pytest.mark.spark
+def test_times_stay_utc_whatever_the_drivers_time_zone(spark: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--since/--until and collected timestamps must not go through the driver's local zone."""
+    import time
+    from datetime import datetime, timedelta
+
+    from tests.analytics.analytics_logs import BASE_TIME, Emission, write_scenario
+    from trio_broker.analytics.jobs import collect_rows, valid_events
+
+    path = tmp_path / "tz.log"
+    write_scenario(path, [Emission(3600.0 * i, "broker_stopped", {"uptime_s": float(i)})
+                          for i in range(3)])
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        lines = read_logs(spark, [str(path)])
+        middle = valid_events(lines, since=BASE_TIME + timedelta(minutes=30),
+                              until=BASE_TIME + timedelta(minutes=90))
+        assert collect_rows(middle.select("ts", "timestamp")) == [
+            {"ts": "2026-03-14T10:00:00.000000Z", "timestamp": "2026-03-14T10:00:00Z"}]
+        naive_means_utc = valid_events(lines, since=datetime(2026, 3, 14, 9, 30))
+        assert naive_means_utc.count() == 2
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -157,18 +157,30 @@ def valid_events(lines: DataFrame, since: datetime | None = None,
 
     events = lines.where(F.col(CORRUPT_RECORD).isNull() & F.col("event").isNotNull())
     if since is not None:
-        events = events.where(F.col("ts") >= F.lit(_naive_utc(since)))
+        events = events.where(F.col("ts") >= _timestamp_literal(since))
     if until is not None:
-        events = events.where(F.col("ts") < F.lit(_naive_utc(until)))
+        events = events.where(F.col("ts") < _timestamp_literal(until))
     return events
 
 
-def _naive_utc(moment: datetime) -> datetime:
-    # Spark compares TimestampType in the session time zone (UTC); pass a naive UTC value so
-    # the Python side does not convert it through the local zone.
-    if moment.tzinfo is None:
-        return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
+def _timestamp_literal(moment: datetime) -> Column:
+    # Handed to the JVM as text with its offset: a Python datetime literal would go through the
+    # driver's local time zone on its way to Spark.
+    from pyspark.sql import functions as F
+
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return F.lit(aware.astimezone(UTC).isoformat()).cast("timestamp")
+
+
+def iso_utc(column: Column) -> Column:
+    """A timestamp column as ISO 8601 UTC text (``...Z``), formatted by Spark.
+
+    Collecting a timestamp into Python converts it to the driver's local time as a naive
+    datetime; formatting it on the JVM side (session time zone UTC) keeps it exact.
+    """
+    from pyspark.sql import functions as F
+
+    return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
 
 
 # -- the questions ------------------------------------------------------------------------------
@@ -452,9 +464,15 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+def collect_rows(frame: DataFrame) -> list[dict[str, Any]]:
+    """The rows of a small DataFrame as JSON-ready dicts, timestamps as ISO 8601 UTC text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    columns = [iso_utc(F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.TimestampType)
+               else F.col(f.name) for f in frame.schema.fields]
     return [{k: _jsonable(v) for k, v in row.asDict(recursive=True).items()}
-            for row in frame.collect()]
+            for row in frame.select(*columns).collect()]
 
 
 def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
@@ -466,6 +484,7 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     from .report import render_report
 
     started = time.monotonic()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # timestamps are UTC end to end
     out.mkdir(parents=True, exist_ok=True)
     steps = len(QUESTIONS) + 3
     step = 0
@@ -481,7 +500,8 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
         F.col("event"),
         F.col(CORRUPT_RECORD).isNotNull().alias("corrupt"),
         F.col("ts").isNull().alias("no_ts"))
-        .agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("first"), F.max("ts").alias("last"))
+        .agg(F.count(F.lit(1)).alias("n"), iso_utc(F.min("ts")).alias("first"),
+             iso_utc(F.max("ts")).alias("last"))
         .collect())
     events = valid_events(lines, since, until).cache()
 
@@ -503,7 +523,7 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
         stage(f"{question.name}: {question.description}")
         frame = builders[question.name](events).cache()
         frame.write.mode("overwrite").parquet(str(out / f"{question.name}.parquet"))
-        tables[question.name] = _rows(frame)
+        tables[question.name] = collect_rows(frame)
         frame.unpersist()
 
     stage("summary.json")
@@ -528,8 +548,8 @@ def build_summary(overview: Sequence[Any], tables: Mapping[str, list[dict[str, A
     lines_total = 0
     unparseable = schema_mismatch = no_timestamp = 0
     events_by_name: dict[str, int] = {}
-    first: datetime | None = None
-    last: datetime | None = None
+    first: str | None = None  # ISO 8601 UTC text of one format: compares as time does
+    last: str | None = None
     for row in overview:
         n = int(row["n"])
         lines_total += n

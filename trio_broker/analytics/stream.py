@@ -195,11 +195,13 @@ def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFr
 
 def print_batch(frame: DataFrame, batch_id: int) -> None:
     """The console sink: the minutes this micro-batch updated, as a plain table."""
-    rows = frame.orderBy("minute", "broker").collect()
+    from .jobs import collect_rows
+
+    rows = collect_rows(frame.orderBy("minute", "broker"))
     if not rows:
         return
     columns = frame.columns
-    print(f"-- batch {batch_id}: {len(rows)} minute(s) updated", flush=False)
+    print(f"-- batch {batch_id}: {len(rows)} minute(s) updated")
     print("  ".join(columns))
     for row in rows:
         print("  ".join("" if row[c] is None else str(row[c]) for c in columns))
