@@ -522,7 +522,8 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     for question in QUESTIONS:
         stage(f"{question.name}: {question.description}")
         frame = builders[question.name](events).cache()
-        frame.write.mode("overwrite").parquet(str(out / f"{question.name}.parquet"))
+        # One file per table: they are aggregates, small, and read whole.
+        frame.coalesce(1).write.mode("overwrite").parquet(str(out / f"{question.name}.parquet"))
         tables[question.name] = collect_rows(frame)
         frame.unpersist()
 
