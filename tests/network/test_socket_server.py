@@ -566,3 +566,21 @@ async def test_listen_backlog(start_broker: Any) -> None:
     waiting = [await WireClient.connect(running.port) for _ in range(100)]  # all connect
     await first.aclose()
     await waiting[0].request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+
+async def test_response_encoding_failure_closes_only_that_connection(
+        start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
+    """A response that cannot be encoded (a handler bug) must not take the broker down."""
+    original = registry.handlers()[METADATA]
+
+    async def broken_body(ctx: Any, body: Any) -> Any:
+        return object()  # not a kio message: encoding fails in the pool
+
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=broken_body))
+    running = await start_broker()
+    victim = await WireClient.connect(running.port)
+    await victim.send(METADATA, 12, METADATA_ALL_V12)
+    assert await victim.closed_by_peer()
+    await log_events.wait_for("request_failed", api="Metadata")
+    healthy = await WireClient.connect(running.port)
+    await healthy.request(API_VERSIONS, 3, API_VERSIONS_V3)

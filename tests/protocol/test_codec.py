@@ -399,3 +399,24 @@ def test_response_error_prefers_outer_error() -> None:
 def test_response_error_of_non_dataclass() -> None:
     assert response_error(None) == "NONE"
     assert response_error(b"raw") == "NONE"
+
+
+def test_response_error_tolerates_null_arrays() -> None:
+    """Fetch responses carry nullable nested arrays (aborted_transactions = None)."""
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.fetch.v12 import response as fetch
+    from kio.static.primitive import i32, i32Timedelta, i64
+
+    from trio_broker.protocol.errors import response_error
+
+    partition = fetch.PartitionData(
+        partition_index=i32(0), error_code=ErrorCode.none, high_watermark=i64(0),
+        last_stable_offset=i64(0), log_start_offset=i64(0), aborted_transactions=None,
+        preferred_read_replica=i32(-1), records=None)
+    body = fetch.FetchResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+        session_id=i32(0), responses=(fetch.FetchableTopicResponse(
+            topic="t", partitions=(partition,)),))
+    assert response_error(body) == "NONE"

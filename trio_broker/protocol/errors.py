@@ -43,7 +43,7 @@ def _first_error(value: Any, depth: int) -> ErrorCode | None:
         if code != 0:
             return ErrorCode(code)
     for name in nested:
-        for item in getattr(value, name):
+        for item in getattr(value, name) or ():  # nullable arrays are None
             found = _first_error(item, depth + 1)
             if found is not None:
                 return found

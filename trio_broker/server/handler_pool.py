@@ -9,6 +9,7 @@ Kafka's delayed operations free the handler thread.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -65,40 +66,35 @@ class RequestHandlerPool:
         decoded = request.decoded
         ctx = RequestContext(decoded, request.connection, self.broker)
         info = request.connection
+        handler = self._handlers[decoded.api_key]
         with bound(connection_id=info.connection_id, listener=info.listener,
                    processor=info.processor, peer=info.peer,
                    security_protocol=info.security_protocol):
-            try:
-                result = await self._handlers[decoded.api_key].handle(ctx, decoded.body)
-            except CloseConnection as close:
-                self.complete(request, ctx, None, close_reason=close.reason)
-                return
-            except Exception as exc:
-                emit("request_failed", api=decoded.api, correlation_id=decoded.correlation_id,
-                     error=type(exc).__name__, detail=repr(exc))
-                self.complete(request, ctx, None, close_reason=f"handler error: {exc!r}")
-                return
-        if isinstance(result, Parked):
-            request.local_complete_ns = time.perf_counter_ns()
-            purgatory = self.broker.purgatory
-            assert purgatory is not None, "the broker is not running"
-            purgatory.start_soon(self._finish_parked, request, ctx, result)
-            return
-        self.complete(request, ctx, result)
+            await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
 
-    async def _finish_parked(self, request: Request, ctx: RequestContext, parked: Parked) -> None:
+    async def _answer(self, request: Request, ctx: RequestContext,
+                      produce: Callable[[], Awaitable[Any]]) -> None:
+        """Run a handler (or a parked wait) and complete the request with the outcome.
+
+        Any failure, encoding the response included, closes only this request's connection.
+        """
         try:
-            result = await parked.wait()
+            result = await produce()
+            if isinstance(result, Parked):
+                request.local_complete_ns = time.perf_counter_ns()
+                purgatory = self.broker.purgatory
+                assert purgatory is not None, "the broker is not running"
+                # The task inherits this task's context, so its events keep the bound fields.
+                purgatory.start_soon(self._answer, request, ctx, result.wait)
+                return
+            self.complete(request, ctx, result)
         except CloseConnection as close:
             self.complete(request, ctx, None, close_reason=close.reason)
-            return
         except Exception as exc:
             emit("request_failed", api=request.decoded.api,
                  correlation_id=request.decoded.correlation_id, error=type(exc).__name__,
                  detail=repr(exc))
             self.complete(request, ctx, None, close_reason=f"handler error: {exc!r}")
-            return
-        self.complete(request, ctx, result)
 
     def complete(self, request: Request, ctx: RequestContext, body: Any, *,
                  close_reason: str = "") -> None:
