@@ -7,32 +7,16 @@ the version's class, and nested classes are looked up by name in the same module
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import sys
 from typing import Any
 
 from ...protocol.codec import response_schema
 from ..context import RequestContext
+from ._admin import build, has_field, throttle
 
-_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
-
-
-def _field_names(cls: type[Any]) -> frozenset[str]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
-    return names
-
-
-def build(cls: type[Any], **fields: Any) -> Any:
-    """An instance of ``cls`` from the fields it has (the others are this version's absentees)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in fields.items() if k in names})
-
-
-def has_field(cls: type[Any], name: str) -> bool:
-    return name in _field_names(cls)
+__all__ = ["build", "client_host", "coordinator", "has_field", "millis", "nested",
+           "response_class", "throttle"]
 
 
 def response_class(ctx: RequestContext) -> type[Any]:
@@ -44,10 +28,6 @@ def nested(cls: type[Any], name: str) -> type[Any]:
     """A nested entity class generated in the same module as ``cls``."""
     found: type[Any] = getattr(sys.modules[cls.__module__], name)
     return found
-
-
-def throttle(ctx: RequestContext) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=ctx.throttle_ms)
 
 
 def millis(value: Any, default: int = -1) -> int:
