@@ -49,6 +49,31 @@ def test_tailer_follows_rotation_without_losing_or_repeating_lines(tmp_path: Pat
     assert not list(spool.glob(".*"))  # no half-written chunk left behind
 
 
+def test_tailer_reads_what_a_new_log_rotated_before_it_was_seen(tmp_path: Path) -> None:
+    """Rotated files already there at the start are history; a log that appears later is
+    read from its first line, even if it rotated before the tailer's next poll."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "old.log").write_text('{"event": "live at start"}\n')
+    (logs / "old.log.1").write_text('{"event": "history"}\n')
+    tailer = LogTailer(logs, tmp_path / "spool")
+    assert tailer.poll() == [b'{"event": "live at start"}']
+    writer = log.LineWriter(str(logs / "broker.log"), max_bytes=500, backup_count=10)
+    written = []
+    try:
+        for i in range(60):
+            line = json.dumps({"event": "request", "n": i})
+            writer.write(line)
+            written.append(line.encode())
+        writer.flush()
+        assert len(list(logs.glob("broker.log.*"))) >= 3
+        assert tailer.poll() == written
+    finally:
+        writer.close()
+        tailer.close()
+    assert tailer.lines == 1 + len(written)
+
+
 def test_tailer_waits_for_the_end_of_a_line(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     live = tmp_path / "logs" / "broker.log"
@@ -62,9 +87,11 @@ def test_tailer_waits_for_the_end_of_a_line(tmp_path: Path) -> None:
     assert tailer.poll() == []
     with live.open("a") as f:
         f.write('{"event": "c", "torn')
-    live.unlink()  # a deleted file's torn last line is still handed on (and counted malformed)
-    assert tailer.poll() == [b'{"event": "c", "torn']
-    tailer.close()
+    live.unlink()
+    assert tailer.poll() == []
+    tailer.close()  # the torn last line is still handed on (Spark counts it as malformed)
+    assert _spooled(tmp_path / "spool")[-1] == b'{"event": "c", "torn'
+    assert tailer.lines == 3
 
 
 def test_tailer_from_end_skips_existing_lines(tmp_path: Path) -> None:
@@ -136,9 +163,12 @@ def test_follow_aggregates_per_minute_while_the_log_grows(spark: Any, tmp_path: 
         thread.join(60)
     assert not errors, errors
     assert not thread.is_alive()
+    spooled = [json.loads(line) for line in _spooled(tmp_path / "work" / "spool")
+               if line.startswith(b'{"') and line.endswith(b"}")]
+    assert Counter(r["event"] for r in spooled) == emitted  # the tailer handed on every line
     with lock:
         rows = list(latest.values())
-    assert sum(r["requests"] for r in rows) == emitted["request"] == 30
+    assert sum(r["requests"] for r in rows) == emitted["request"] == 30, batches
     assert sum(r["rejected"] for r in rows) == emitted["connection_rejected"]
     assert sum(r["malformed"] for r in rows) == 1
     assert sum(r["request_bytes"] or 0 for r in rows) == 300
@@ -168,4 +198,4 @@ def test_cli_follow_with_parquet_sink(spark: Any, tmp_path: Path,
 
     print_batch(table.drop("batch_id"), 3)
     printed = capsys.readouterr().out
-    assert printed.startswith("-- batch 3:") and "requests" in printed.splitlines()[1]
+    assert printed.startswith("-- batch 3:") and "requests" in printed.splitlines()[1].split()

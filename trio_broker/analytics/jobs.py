@@ -380,7 +380,11 @@ def top_clients(events: DataFrame) -> DataFrame:
 
 
 def throttled_clients(events: DataFrame) -> DataFrame:
-    """Clients throttled by quotas: throttle events and their throttle time, per client id."""
+    """Clients throttled by quotas: throttle events and their throttle time, per client id.
+
+    One throttle shows twice: as a ``throttle_started`` event and as the ``throttle_ms`` of the
+    request's line; ``total_throttle_ms`` takes the larger of the two sums, never their total.
+    """
     from pyspark.sql import functions as F
 
     started = (_of(events, "throttle_started").groupBy("client_id")

@@ -9,6 +9,7 @@ complete lines into a new immutable chunk file, which is what the streaming quer
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -52,6 +53,9 @@ class LogTailer:
     spool: Path
     from_start: bool = True
     _files: dict[str, _Followed] = attrs.field(factory=dict)
+    #: Inodes not to read whole: files that were in the directory at the first poll (history),
+    #: and every file already followed or read.
+    _known: set[int] | None = None
     _sequence: int = 0
     lines: int = 0
 
@@ -62,7 +66,9 @@ class LogTailer:
             return None
         if at_end:
             handle.seek(0, os.SEEK_END)
-        return _Followed(os.fstat(handle.fileno()).st_ino, handle)
+        inode = os.fstat(handle.fileno()).st_ino
+        self._remember(inode)
+        return _Followed(inode, handle)
 
     def _drain(self, followed: _Followed, *, final: bool) -> list[bytes]:
         data = followed.pending + followed.handle.read()
@@ -73,6 +79,40 @@ class LogTailer:
         complete, _, followed.pending = data.rpartition(b"\n")
         return [line for line in complete.split(b"\n") if line.strip()] if complete else []
 
+    def _rotated(self, path: Path, *, skip_known: bool) -> list[Path]:
+        """The rotated files of ``path``, newest (``x.log.1``) first, known ones left out or not."""
+        rotated: list[tuple[int, Path]] = []
+        for candidate in path.parent.glob(path.name + ".*"):
+            suffix = candidate.name[len(path.name) + 1:]
+            if suffix.isdigit():
+                rotated.append((int(suffix), candidate))
+        rotated.sort()
+        result = []
+        for _index, candidate in rotated:
+            try:
+                inode = candidate.stat().st_ino
+            except FileNotFoundError:
+                continue
+            if not skip_known or self._known is None or inode not in self._known:
+                result.append(candidate)
+        return result
+
+    def _read_whole(self, files: list[Path]) -> list[bytes]:
+        lines: list[bytes] = []
+        for file in files:
+            try:
+                with file.open("rb") as handle:
+                    self._remember(os.fstat(handle.fileno()).st_ino)
+                    data = handle.read()
+            except FileNotFoundError:
+                continue
+            lines.extend(line for line in data.split(b"\n") if line.strip())
+        return lines
+
+    def _remember(self, inode: int) -> None:
+        if self._known is not None:
+            self._known.add(inode)
+
     def _missed_rotations(self, path: Path, old_inode: int) -> list[bytes]:
         """Files that were live and rotated away between two polls, read oldest first.
 
@@ -80,40 +120,40 @@ class LogTailer:
         than the one we followed are the rotated ones with a smaller index than its own (all of
         them, if it was already deleted).
         """
-        rotated: list[tuple[int, Path]] = []
-        for candidate in path.parent.glob(path.name + ".*"):
-            suffix = candidate.name[len(path.name) + 1:]
-            if suffix.isdigit():
-                rotated.append((int(suffix), candidate))
-        rotated.sort()
         newer: list[Path] = []
-        for _index, candidate in rotated:
+        for candidate in self._rotated(path, skip_known=False):
             try:
                 if candidate.stat().st_ino == old_inode:
                     break
             except FileNotFoundError:
                 continue
             newer.append(candidate)
-        lines: list[bytes] = []
-        for candidate in reversed(newer):
-            try:
-                data = candidate.read_bytes()
-            except FileNotFoundError:
-                continue
-            lines.extend(line for line in data.split(b"\n") if line.strip())
-        return lines
+        # By position, not by the known set: rotation may have deleted a file we read and
+        # handed its inode number to a new one in the same interval.
+        return self._read_whole(list(reversed(newer)))
 
     def poll(self) -> list[bytes]:
         """Read new complete lines from every live file and spool them; returns them too."""
         self.spool.mkdir(parents=True, exist_ok=True)
         collected: list[bytes] = []
-        present = {p.name: p for p in self.directory.iterdir()
-                   if p.is_file() and LIVE_FILE_RE.match(p.name)} \
-            if self.directory.is_dir() else {}
+        listing = list(self.directory.iterdir()) if self.directory.is_dir() else []
+        inodes = set()
+        for entry in listing:
+            with contextlib.suppress(FileNotFoundError):
+                inodes.add(entry.stat().st_ino)
+        first_poll = self._known is None
+        # Forget files once gone: the file system may give their inode to a new file.
+        self._known = inodes if self._known is None else self._known & inodes
+        present = {p.name: p for p in listing if p.is_file() and LIVE_FILE_RE.match(p.name)}
         for name, path in present.items():
             followed = self._files.get(name)
             if followed is None:
-                opened = self._open(path, at_end=not self.from_start)
+                if not first_poll:
+                    # A log that appeared after we started: whatever it already rotated away
+                    # is new too (a broker starting up fast, a slow first poll).
+                    collected.extend(self._read_whole(
+                        list(reversed(self._rotated(path, skip_known=True)))))
+                opened = self._open(path, at_end=first_poll and not self.from_start)
                 if opened is not None:
                     self._files[name] = opened
                 continue
@@ -130,12 +170,10 @@ class LogTailer:
                     del self._files[name]
                     continue
                 self._files[name] = opened
-        for name, followed in list(self._files.items()):
+        for followed in self._files.values():
+            # A name missing now is kept: rotation renames the live file before creating the
+            # new one, and the next poll sees the new inode and reads the rest by position.
             collected.extend(self._drain(followed, final=False))
-            if name not in present:  # deleted and not recreated (yet)
-                collected.extend(self._drain(followed, final=True))
-                followed.handle.close()
-                del self._files[name]
         if collected:
             self._spool(collected)
         return collected
@@ -149,10 +187,14 @@ class LogTailer:
         self.lines += len(lines)
 
     def close(self) -> None:
-        """Close every followed file."""
+        """Spool what is left (a torn last line included: Spark counts it), close the files."""
+        rest: list[bytes] = []
         for followed in self._files.values():
+            rest.extend(self._drain(followed, final=True))
             followed.handle.close()
         self._files.clear()
+        if rest:
+            self._spool(rest)
 
 
 def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFrame:
@@ -201,10 +243,12 @@ def print_batch(frame: DataFrame, batch_id: int) -> None:
     if not rows:
         return
     columns = frame.columns
+    cells = [["" if row[c] is None else str(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
     print(f"-- batch {batch_id}: {len(rows)} minute(s) updated")
-    print("  ".join(columns))
-    for row in rows:
-        print("  ".join("" if row[c] is None else str(row[c]) for c in columns))
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    for line in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)))
     sys.stdout.flush()
 
 
@@ -234,40 +278,58 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
     spool = work / "spool"
     spool.mkdir(parents=True, exist_ok=True)
     tailer = LogTailer(directory, spool, from_start=from_start)
-    tailer.poll()  # open the files (and spool what they hold) before Spark lists the spool
-    lines = (spark.readStream.schema(log_schema())
-             .option("mode", "PERMISSIVE")
-             .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
-             .json(str(spool))
-             .withColumn("ts", F.to_timestamp(F.col("timestamp"))))
-    query = (minute_aggregates(lines).writeStream
-             .outputMode("update")
-             .foreachBatch(on_batch)
-             .option("checkpointLocation", str(work / "checkpoint"))
-             .trigger(processingTime=f"{max(trigger_seconds, 0.1)} seconds")
-             .start())
-    deadline = None if timeout is None else time.monotonic() + timeout
-    stop_event = stop if stop is not None else threading.Event()
     poll_interval = min(1.0, max(trigger_seconds / 2, 0.1))
+    polling = threading.Event()
     reported = 0
-    try:
-        while not stop_event.is_set() and query.isActive:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
+
+    def poll_until_stopped() -> None:
+        # Its own thread: starting the query takes seconds, and the live file must be followed
+        # meanwhile (rotation could otherwise delete lines before they are read).
+        nonlocal reported
+        while True:
             tailer.poll()
             if progress is not None and tailer.lines != reported:
                 reported = tailer.lines
                 progress(f"followed {reported} line(s) from {directory}")
+            if polling.wait(poll_interval):
+                return
+
+    tailer.poll()  # open the files (and spool what they hold) before Spark lists the spool
+    poller = threading.Thread(target=poll_until_stopped, name="trio-broker-follow", daemon=True)
+    poller.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stop_event = stop if stop is not None else threading.Event()
+    query = None
+    try:
+        lines = (spark.readStream.schema(log_schema())
+                 .option("mode", "PERMISSIVE")
+                 .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+                 .json(str(spool))
+                 .withColumn("ts", F.to_timestamp(F.col("timestamp"))))
+        query = (minute_aggregates(lines).writeStream
+                 .outputMode("update")
+                 .foreachBatch(on_batch)
+                 .option("checkpointLocation", str(work / "checkpoint"))
+                 .trigger(processingTime=f"{max(trigger_seconds, 0.1)} seconds")
+                 .start())
+        while not stop_event.is_set() and query.isActive:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             stop_event.wait(poll_interval)
-        tailer.poll()
+        polling.set()
+        poller.join()
+        tailer.close()  # the last lines, a torn one included
         if query.isActive:
             query.processAllAvailable()
     except KeyboardInterrupt:
         pass
     finally:
-        query.stop()
+        polling.set()
+        poller.join()
         tailer.close()
-    exception = query.exception()
+        if query is not None:
+            query.stop()
+    exception = query.exception() if query is not None else None
     if exception is not None:
         raise RuntimeError(f"the streaming query failed: {exception}")
     return tailer.lines
