@@ -110,3 +110,17 @@ def test_module_entry_point_runs_main() -> None:
     finally:
         sys.argv = saved
     assert exc.value.code == 0
+
+
+def test_trio_broker_analyze_without_pyspark_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """The whole command path (trio_broker.cli -> analytics.cli) imports no pyspark up front."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['pyspark'] = None\n"  # as if the extra were not installed
+            "from trio_broker.cli import main\n"
+            f"sys.exit(main(['analyze', {str(tmp_path)!r}, '--out', {str(tmp_path / 'o')!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert INSTALL_HINT in done.stderr
