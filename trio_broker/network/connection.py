@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..observability.log import bind, emit
+from ..observability.log import bind_connection, emit
 from ..protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -118,9 +118,7 @@ class Connection:
         info = self.info
         started = trio.current_time()
         reason, detail = "client", ""
-        # This task's context is its own copy: the fields stay bound until the task ends.
-        bind(connection_id=info.connection_id, listener=info.listener, processor=info.processor,
-             peer=info.peer, security_protocol=info.security_protocol)
+        bind_connection(info)
         emit("connection_accepted", ip=self.ip)
         try:
             self._touch()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..network.request_channel import Request, RequestChannel, ResponseAction
-from ..observability.log import bound, emit
+from ..observability.log import emit, for_connection
 from ..protocol.codec import encode_response, frame_response
 from ..protocol.errors import response_error
 from .context import NO_RESPONSE, CloseConnection, EncodedBody, Parked, RequestContext
@@ -65,11 +65,8 @@ class RequestHandlerPool:
         request.dequeue_ns = time.perf_counter_ns()
         decoded = request.decoded
         ctx = RequestContext(decoded, request.connection, self.broker)
-        info = request.connection
         handler = self._handlers[decoded.api_key]
-        with bound(connection_id=info.connection_id, listener=info.listener,
-                   processor=info.processor, peer=info.peer,
-                   security_protocol=info.security_protocol):
+        with for_connection(request.connection):
             await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
 
     async def _answer(self, request: Request, ctx: RequestContext,
