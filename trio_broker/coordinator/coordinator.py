@@ -166,16 +166,14 @@ class GroupCoordinator:
         started = time.perf_counter()
         lm = self.log_manager
         info = lm.topics.get(OFFSETS_TOPIC)
-        if info is None:
-            # Kafka compacts this topic; without compaction here, time and size retention
-            # must never delete committed offsets, so both are off for it.
-            info = lm.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
-                                   OFFSETS_TOPIC_CONFIGS, internal=True)
-        self._num_partitions = info.num_partitions
+        # Created on the first write, as Kafka creates it on first use: a broker that never
+        # sees a group does not pay for its partitions at start-up.
+        self._num_partitions = (info.num_partitions if info is not None
+                                else self.config.offsets_topic_num_partitions)
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         metadata: dict[str, GroupValue | None] = {}
         records = 0
-        for partition in range(self._num_partitions):
+        for partition in range(self._num_partitions if info is not None else 0):
             for record in self._read_partition(partition):
                 records += 1
                 try:
@@ -302,9 +300,17 @@ class GroupCoordinator:
         self._write_send.send_nowait(_Write(partition, build_batch(records, self._now_ms()), done))
         return done
 
+    def _ensure_offsets_topic(self) -> None:
+        if OFFSETS_TOPIC not in self.log_manager.topics:
+            # Kafka compacts this topic; without compaction here, time and size retention
+            # must never delete committed offsets, so both are off for it.
+            self.log_manager.create_topic(OFFSETS_TOPIC, self._num_partitions,
+                                          OFFSETS_TOPIC_CONFIGS, internal=True)
+
     async def _writer(self) -> None:
         async for item in self._write_receive:
             try:
+                self._ensure_offsets_topic()
                 await self.log_manager.append(OFFSETS_TOPIC, item.partition, item.batch,
                                               producer_check=False)
             except Exception as exc:  # storage failures become retriable coordinator errors
