@@ -77,8 +77,9 @@ class Connection:
         # Kafka's one request in flight needs no concurrent writer: the connection's one task
         # reads, waits for the answer, writes, reads on. Pipelining adds a writer task.
         self._serial = self._max_inflight == 1
-        self._inflight_lot = trio.lowlevel.ParkingLot()
-        self._response_lot = trio.lowlevel.ParkingLot()
+        # Only pipelining needs the reader and the writer task to wake each other.
+        self._inflight_lot = None if self._serial else trio.lowlevel.ParkingLot()
+        self._response_lot = None if self._serial else trio.lowlevel.ParkingLot()
         self._throttle_deadline = 0.0
         self._idle_seconds = (config.connections_max_idle_ms / 1000
                               if config.connections_max_idle_ms >= 0 else None)
@@ -112,7 +113,8 @@ class Connection:
 
     def wake(self) -> None:
         """Called when one of this connection's responses is ready."""
-        self._response_lot.unpark_all()
+        if self._response_lot is not None:
+            self._response_lot.unpark_all()
 
     async def run(self) -> None:
         info = self.info
@@ -225,6 +227,7 @@ class Connection:
             if len(self._pending) >= self._max_inflight:
                 if muted_at is None:
                     muted_at = self._muted("inflight")
+                assert self._inflight_lot is not None  # a serial connection sends before reading
                 await self._inflight_lot.park()
                 continue
             if self._throttle_deadline > trio.current_time():
@@ -294,7 +297,7 @@ class Connection:
     async def _drain(self) -> None:
         """Wait until every request read so far has been answered and sent."""
         while self._pending and self._write_failure is None:
-            if self._serial:
+            if self._inflight_lot is None:
                 await self._write_next()
             else:
                 await self._inflight_lot.park()
@@ -322,7 +325,11 @@ class Connection:
         in order, in one ``send_all``."""
         pending = self._pending
         while not pending or not pending[0].slot.ready.is_set():
-            await self._response_lot.park()
+            if pending:
+                await pending[0].slot.ready.wait()
+            else:
+                assert self._response_lot is not None  # a serial connection has a request here
+                await self._response_lot.park()
         batch: list[Request] = []
         while pending and pending[0].slot.ready.is_set():
             batch.append(pending.pop(0))
@@ -351,7 +358,8 @@ class Connection:
             self._sent(request)
             if request is close:
                 raise _Close("handler", request.slot.close_reason)
-        self._inflight_lot.unpark_all()
+        if self._inflight_lot is not None:
+            self._inflight_lot.unpark_all()
         if not pending:
             self._server.connection_progressed()
 
