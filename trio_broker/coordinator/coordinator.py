@@ -26,6 +26,15 @@ from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig
 from ..observability.log import emit
+from ..protocol.records import (
+    Record,
+    RecordBatchError,
+    build_batch,
+    compute_crc,
+    decode_header,
+    decode_records,
+    iter_batches,
+)
 from .group import (
     VALID_PREVIOUS_STATES,
     CommittedOffset,
@@ -43,8 +52,6 @@ from .records import (
     MemberValue,
     OffsetKey,
     OffsetValue,
-    build_batch,
-    decode_batch,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -52,7 +59,6 @@ from .records import (
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
-    iter_batches,
     partition_for,
 )
 
@@ -220,13 +226,21 @@ class GroupCoordinator:
             if not result.records:
                 break
             advanced = False
-            for _base, last, batch in iter_batches(bytes(result.records)):
+            data = memoryview(result.records)
+            for position, size in iter_batches(data):
+                batch = data[position:position + size]
+                header = decode_header(batch)
+                last = header.last_offset
                 if last < offset:
                     continue
-                try:
-                    stored = decode_batch(batch)
-                except ValueError:
-                    stored = []
+                stored: list[Record] = []
+                # A batch that does not check out is skipped, never fatal (Kafka skips what
+                # it cannot read when loading this topic).
+                if compute_crc(batch) == header.crc and not header.is_control:
+                    try:
+                        stored = decode_records(batch)
+                    except RecordBatchError:
+                        stored = []
                 for record in stored:
                     if record.offset >= offset:
                         yield record
@@ -297,7 +311,9 @@ class GroupCoordinator:
     # ---------------------------------------------------------------------- writes
     def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Pending[int]:
         done: Pending[int] = Pending()
-        self._write_send.send_nowait(_Write(partition, build_batch(records, self._now_ms()), done))
+        now = self._now_ms()
+        batch = build_batch([(key, value, (), now) for key, value in records])
+        self._write_send.send_nowait(_Write(partition, batch, done))
         return done
 
     def _ensure_offsets_topic(self) -> None:

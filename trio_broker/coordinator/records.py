@@ -11,12 +11,8 @@ those batches record by record, which is fine at start-up (never on the produce/
 from __future__ import annotations
 
 import struct
-import time
-import zlib
-from collections.abc import Iterator
 
 import attrs
-import crc32c
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -246,115 +242,3 @@ def decode_group_value(data: bytes) -> GroupValue:
                                    rebalance_timeout, session_timeout, subscription, assignment))
     return GroupValue(protocol_type, generation, protocol, leader, state_timestamp,
                       tuple(members))
-
-
-# ------------------------------------------------------------------------- record batches
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-BATCH_HEADER_SIZE = _BATCH_HEADER.size  # 61
-_CRC_START = 21  # attributes onward are covered by the CRC
-
-
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)  # zig-zag
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int | None = None) -> bytes:
-    """One uncompressed magic-2 batch of ``(key, value)`` records (``None`` value: tombstone).
-
-    The base offset is 0; the log assigns the real one when appending.
-    """
-    if not records:
-        raise ValueError("a batch needs at least one record")
-    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    body = bytearray()
-    for delta, (key, value) in enumerate(records):
-        rec = bytearray(b"\x00")  # attributes
-        rec += _varint(0)  # timestamp delta
-        rec += _varint(delta)
-        rec += _varint(len(key)) + key
-        if value is None:
-            rec += _varint(-1)
-        else:
-            rec += _varint(len(value)) + value
-        rec += _varint(0)  # headers
-        body += _varint(len(rec)) + rec
-    header_after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, ts, ts, -1, -1, -1,
-                                   len(records))
-    crc = crc32c.crc32c(header_after_crc + bytes(body))
-    batch_length = BATCH_HEADER_SIZE - 12 + len(body)
-    return struct.pack(">qiibI", 0, batch_length, -1, 2, crc) + header_after_crc + bytes(body)
-
-
-@attrs.frozen
-class StoredRecord:
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-def iter_batches(data: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """``(base_offset, last_offset, batch_bytes)`` of each whole batch in ``data``."""
-    pos = 0
-    while pos + 12 <= len(data):
-        base_offset, length = struct.unpack_from(">qi", data, pos)
-        end = pos + 12 + length
-        if length < BATCH_HEADER_SIZE - 12 or end > len(data):
-            return
-        (last_delta,) = struct.unpack_from(">i", data, pos + 23)
-        yield base_offset, base_offset + last_delta, data[pos:end]
-        pos = end
-
-
-def decode_batch(batch: bytes) -> list[StoredRecord]:
-    """The records of one batch (gzip-compressed batches are inflated; others are skipped)."""
-    (base_offset, _length, _epoch, magic, crc, attributes, _last_delta, _base_ts, _max_ts,
-     _pid, _pepoch, _seq, count) = _BATCH_HEADER.unpack_from(batch, 0)
-    if magic != 2 or crc32c.crc32c(batch[_CRC_START:]) != crc:
-        raise ValueError("corrupt batch")
-    if attributes & 0x20:  # control batch (transaction markers)
-        return []
-    payload = batch[BATCH_HEADER_SIZE:]
-    codec = attributes & 0x07
-    if codec == 1:
-        payload = zlib.decompress(payload, 16 + zlib.MAX_WBITS)
-    elif codec != 0:
-        raise ValueError(f"unsupported compression codec {codec}")
-    records = []
-    pos = 0
-    for _ in range(count):
-        length, pos = _read_varint(payload, pos)
-        end = pos + length
-        pos += 1  # attributes
-        _ts_delta, pos = _read_varint(payload, pos)
-        offset_delta, pos = _read_varint(payload, pos)
-        key_len, pos = _read_varint(payload, pos)
-        key = None if key_len < 0 else payload[pos:pos + key_len]
-        pos += max(key_len, 0)
-        value_len, pos = _read_varint(payload, pos)
-        value = None if value_len < 0 else payload[pos:pos + value_len]
-        records.append(StoredRecord(base_offset + offset_delta, key, value))
-        pos = end
-    return records
