@@ -291,8 +291,13 @@ async def test_throttled_connection_waits_before_reading(
                           + client.encode(API_VERSIONS, 3, API_VERSIONS_V3))
     await client.receive()
     assert trio.current_time() - start < 0.1
+    # testSendActionResponseWithThrottledChannelWhereThrottlingInProgress
+    [connection] = [c for p in running.app.socket_server.processors for c in p.connections]
+    await wait_for(lambda: connection.mute_state == "MUTED_AND_THROTTLED")
     await client.receive()
     assert trio.current_time() - start >= 0.5
+    # ...WhereThrottlingAlreadyDone: the channel is readable again
+    await wait_for(lambda: connection.mute_state == "NOT_MUTED")
     assert log_events.events("throttle_started", throttle_ms=500.0)
     assert log_events.events("throttle_ended")
 

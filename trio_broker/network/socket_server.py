@@ -59,7 +59,6 @@ class SocketServer:
         self.acceptors: list[Acceptor] = []
         self.processors: list[Processor] = []
         self.bound: list[BoundListener] = []
-        self._started = False
         self._progress = trio.lowlevel.ParkingLot()
         self._register_gauges()
 
@@ -124,7 +123,6 @@ class SocketServer:
                     await nursery.start(processor.run)
                 for acceptor in self.acceptors:
                     nursery.start_soon(acceptor.run, name=f"acceptor {acceptor.listener}")
-                self._started = True
                 task_status.started(list(self.bound))
         finally:
             for acceptor in self.acceptors:

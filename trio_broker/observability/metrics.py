@@ -8,7 +8,6 @@ Kafka MBean.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -126,9 +125,6 @@ class BrokerMetrics:
     def read_idle_ratio(self) -> float:
         self._idle_ratio = self.idle.idle_ratio()
         return self._idle_ratio
-
-    def bind_gauge(self, gauge: Gauge, read: Callable[[], float]) -> None:
-        gauge.set_function(read)
 
     def observe_request(self, api: str, version: int, timings: dict[str, float], error: str,
                         request_bytes: int) -> None:
