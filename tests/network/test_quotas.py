@@ -409,3 +409,45 @@ def test_rate_throttle_with_zero_quota() -> None:
     rate = Rate(1, 11)
     rate.record(0.0)
     assert rate.throttle_seconds(0, 0.0) == 1.0  # Kafka: unbounded, capped at one window
+
+
+async def test_ip_connection_rate_above_limit(autojump_clock: trio.testing.MockClock) -> None:
+    """testIpConnectionRateWhenActualRateAboveLimit: over the IP quota inc() raises
+    ConnectionThrottled (the acceptor is not blocked); other IPs are unaffected; the default
+    quota applies to IPs without their own."""
+    from trio_broker.network.quotas import ConnectionThrottled
+
+    quotas = quotas_for(config(quota_window_num="2"))
+    quotas.set_ip_connection_rate("10.0.0.1", 2.0)
+    quotas.inc("PLAINTEXT", "10.0.0.1")
+    quotas.inc("PLAINTEXT", "10.0.0.1")
+    with pytest.raises(ConnectionThrottled) as throttled:
+        quotas.inc("PLAINTEXT", "10.0.0.1")
+    assert 0 < throttled.value.throttle_seconds <= 1.0
+    for _ in range(10):
+        quotas.inc("PLAINTEXT", "10.0.0.2")  # no quota for this one
+    quotas.set_ip_connection_rate(None, 1.0)
+    quotas.inc("PLAINTEXT", "10.0.0.3")
+    with pytest.raises(ConnectionThrottled):
+        quotas.inc("PLAINTEXT", "10.0.0.3")
+    await trio.sleep(3)
+    quotas.inc("PLAINTEXT", "10.0.0.3")  # the window has moved on
+
+
+async def test_rejected_ip_connection_unrecorded_from_rates(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """testRejectedIpConnectionUnrecordedFromConnectionRateQuotas: a throttled connection is not
+    counted, so it neither uses a slot nor consumes the listener's or the broker's rate."""
+    from trio_broker.network.quotas import ConnectionThrottled
+
+    quotas = quotas_for(config(quota_window_num="2", max_connection_creation_rate="1"))
+    quotas.set_ip_connection_rate("10.0.0.1", 1.0)
+    quotas.inc("PLAINTEXT", "10.0.0.1")
+    for _ in range(5):
+        with pytest.raises(ConnectionThrottled):
+            quotas.inc("PLAINTEXT", "10.0.0.1")
+    assert quotas.count(ip="10.0.0.1") == 1
+    assert quotas.count(listener="PLAINTEXT") == 1
+    start = trio.current_time()
+    await quotas.wait_for_slot("PLAINTEXT")
+    assert trio.current_time() - start < 0.01  # the broker rate saw one connection, not six

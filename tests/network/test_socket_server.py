@@ -589,3 +589,83 @@ async def test_response_encoding_failure_closes_only_that_connection(
     await log_events.wait_for("request_failed", api="Metadata")
     healthy = await WireClient.connect(running.port)
     await healthy.request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+
+async def _alter_ip_rate(port: int, ip: str | None, rate: float | None) -> Any:
+    from kio.schema.alter_client_quotas.v1 import request as alter
+    from kio.static.primitive import f64
+
+    client = await WireClient.connect(port)
+    body = await client.request(49, 1, alter.AlterClientQuotasRequest(
+        entries=(alter.EntryData(
+            entity=(alter.EntityData(entity_type="ip", entity_name=ip),),
+            ops=(alter.OpData(key="connection_creation_rate", value=f64(rate or 0.0),
+                              remove=rate is None),)),),
+        validate_only=False))
+    await client.aclose()
+    return body
+
+
+async def test_connection_rate_per_ip(start_broker: Any, log_events: Any,
+                                      autojump_clock: trio.testing.MockClock) -> None:
+    """testConnectionRatePerIp: over its connection_creation_rate quota an IP's connection is
+    held and closed after the throttle time; later connections are accepted again."""
+    running = await start_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    result = await _alter_ip_rate(running.port, "127.0.0.1", 2.0)
+    assert [e.error_code for e in result.entries] == [ErrorCode.none]
+    # The AlterClientQuotas connection itself counted before the quota existed; wait it out.
+    await trio.sleep(3)
+    accepted = [await WireClient.connect(running.port) for _ in range(2)]
+    for client in accepted:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    throttled = await WireClient.connect(running.port)
+    start = trio.current_time()
+    assert await throttled.closed_by_peer()
+    waited = trio.current_time() - start
+    rejected = await log_events.wait_for("connection_rejected", reason="ip_rate_throttled")
+    assert rejected[0]["ip"] == "127.0.0.1"
+    assert 0.4 <= waited <= 1.0  # held for the throttle time, not closed at once
+    await trio.sleep(3)
+    later = await WireClient.connect(running.port)
+    await later.request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+
+async def test_throttled_sockets_closed_on_shutdown(start_broker: Any,
+                                                    autojump_clock: trio.testing.MockClock
+                                                    ) -> None:
+    """testThrottledSocketsClosedOnShutdown."""
+    running = await start_broker({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    await _alter_ip_rate(running.port, None, 1.0)  # the default quota of every IP
+    await trio.sleep(5)
+    first = await WireClient.connect(running.port)
+    await first.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    throttled = await WireClient.connect(running.port)
+    await trio.sleep(0.01)
+    start = trio.current_time()
+    await running.shutdown()
+    assert await throttled.closed_by_peer()
+    assert trio.current_time() - start < 0.5
+
+
+async def test_client_quotas_describe_and_persist(start_broker: Any, tmp_path: Any) -> None:
+    from kio.schema.describe_client_quotas.v1 import request as describe
+    from kio.static.primitive import i8
+
+    data = {"log.dirs": str(tmp_path / "quotas")}
+    running = await start_broker(data)
+    await _alter_ip_rate(running.port, "10.0.0.1", 7.0)
+    await _alter_ip_rate(running.port, None, 100.0)
+    refused = await _alter_ip_rate(running.port, "not-an-ip", 1.0)
+    assert refused.entries[0].error_code == ErrorCode.invalid_request
+    await running.shutdown()
+    again = await start_broker(data)
+    client = await WireClient.connect(again.port)
+    body = await client.request(48, 1, describe.DescribeClientQuotasRequest(
+        components=(describe.ComponentData(entity_type="ip", match_type=i8(2), match=None),),
+        strict=False))
+    found = {e.entity[0].entity_name: e.values[0].value for e in body.entries}
+    assert found == {None: 100.0, "10.0.0.1": 7.0}
+    body = await client.request(48, 1, describe.DescribeClientQuotasRequest(
+        components=(describe.ComponentData(entity_type="ip", match_type=i8(0),
+                                           match="10.0.0.1"),), strict=False))
+    assert [e.entity[0].entity_name for e in body.entries] == ["10.0.0.1"]

@@ -15,7 +15,7 @@ import trio
 
 from ..observability.log import emit
 from .processor import Processor
-from .quotas import TooManyConnections
+from .quotas import ConnectionThrottled, TooManyConnections
 
 if TYPE_CHECKING:
     from .socket_server import SocketServer
@@ -64,41 +64,54 @@ class Acceptor:
         return int(self.sock.getsockname()[1])
 
     async def run(self) -> None:
-        quotas = self.server.quotas
-        metrics = self.server.metrics
         with self.cancel_scope:
             try:
-                while True:
-                    waited_since = trio.current_time()
-                    reason = await quotas.wait_for_slot(self.listener)
-                    if reason is not None:
-                        self._blocked(reason, waited_since)
-                    try:
-                        conn, address = await self.sock.accept()
-                    except OSError as exc:
-                        if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
-                            await trio.sleep(0.1)
-                            continue
-                        raise
-                    ip, port = str(address[0]), int(address[1])
-                    try:
-                        quotas.inc(self.listener, ip)
-                    except TooManyConnections as exc:
-                        conn.close()
-                        metrics.connection_rejected.labels(self.listener, "per_ip_limit").inc()
-                        emit("connection_rejected", listener=self.listener, ip=ip,
-                             peer=f"{ip}:{port}", reason="per_ip_limit", limit=exc.limit)
-                        continue
-                    try:
-                        self._configure(conn)
-                    except OSError as exc:  # Kafka's testExceptionInAcceptor: close, uncount
-                        conn.close()
-                        quotas.dec(self.listener, ip)
-                        self.server.connection_closed_early(self.listener, ip, "error", repr(exc))
-                        continue
-                    await self._hand_off(conn, ip, port)
+                # Throttled sockets wait here to be closed (Kafka's throttledSockets); shutdown
+                # cancels the waits and closes them at once.
+                async with trio.open_nursery() as throttled_sockets:
+                    await self._accept_loop(throttled_sockets)
             finally:
                 self.sock.close()
+
+    async def _accept_loop(self, throttled_sockets: trio.Nursery) -> None:
+        quotas = self.server.quotas
+        while True:
+            waited_since = trio.current_time()
+            reason = await quotas.wait_for_slot(self.listener)
+            if reason is not None:
+                self._blocked(reason, waited_since)
+            try:
+                conn, address = await self.sock.accept()
+            except OSError as exc:
+                if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
+                    await trio.sleep(0.1)
+                    continue
+                raise
+            ip, port = str(address[0]), int(address[1])
+            try:
+                quotas.inc(self.listener, ip)
+            except ConnectionThrottled as exc:
+                self._rejected(ip, port, "ip_rate_throttled", -1,
+                               f"closing after {exc.throttle_seconds * 1000:.0f} ms")
+                throttled_sockets.start_soon(_close_after, conn, exc.throttle_seconds)
+                continue
+            except TooManyConnections as exc:
+                conn.close()
+                self._rejected(ip, port, "per_ip_limit", exc.limit, "")
+                continue
+            try:
+                self._configure(conn)
+            except OSError as exc:  # Kafka's testExceptionInAcceptor: close, uncount
+                conn.close()
+                quotas.dec(self.listener, ip)
+                self.server.connection_closed_early(self.listener, ip, "error", repr(exc))
+                continue
+            await self._hand_off(conn, ip, port)
+
+    def _rejected(self, ip: str, port: int, reason: str, limit: int, detail: str) -> None:
+        self.server.metrics.connection_rejected.labels(self.listener, reason).inc()
+        emit("connection_rejected", listener=self.listener, ip=ip, peer=f"{ip}:{port}",
+             reason=reason, limit=limit, detail=detail)
 
     def _configure(self, conn: trio.socket.SocketType) -> None:
         config = self.server.config
@@ -132,3 +145,11 @@ class Acceptor:
         self.server.metrics.acceptor_blocked_seconds.labels(self.listener).inc(blocked)
         emit("acceptor_blocked", listener=self.listener, reason=reason,
              blocked_ms=round(blocked * 1000, 3))
+
+
+async def _close_after(conn: trio.socket.SocketType, delay: float) -> None:
+    """Kafka's DelayedCloseSocket: a throttled client learns of it only after the delay."""
+    try:
+        await trio.sleep(delay)
+    finally:
+        conn.close()

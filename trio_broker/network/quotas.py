@@ -4,7 +4,11 @@ Order of checks on accept, as in Kafka's ``ConnectionQuotas.inc``:
 
 1. wait while the listener's or the broker's creation rate is exceeded, or while no connection
    slot is free (``max.connections``, ``listener.name.<l>.max.connections``);
-2. refuse at once when the client's IP already has ``max.connections.per.ip`` connections (or its
+2. refuse when the client's IP exceeds its connection creation rate quota (the dynamic
+   ``connection_creation_rate`` quota of an ``ip`` entity, set with AlterClientQuotas):
+   :class:`ConnectionThrottled`, the acceptor closes the socket after the throttle time, and the
+   connection is not counted in any rate;
+3. refuse at once when the client's IP already has ``max.connections.per.ip`` connections (or its
    override): :class:`TooManyConnections`, the acceptor closes the socket.
 """
 
@@ -41,6 +45,19 @@ class Rate:
         while self._samples and self._samples[0][0] <= horizon:
             self._samples.popleft()
 
+    def unrecord(self, now: float) -> None:
+        """Take back the last recorded event (a refused connection is not counted)."""
+        if self._samples:
+            start, count = self._samples[-1]
+            if count > 1:
+                self._samples[-1] = (start, count - 1)
+            else:
+                self._samples.pop()
+
+    @property
+    def empty(self) -> bool:
+        return not self._samples
+
     def record(self, now: float) -> None:
         start = now - (now % self._window)
         if self._samples and self._samples[-1][0] == start:
@@ -75,6 +92,15 @@ class Rate:
         return min(throttle_ms / 1000, self._window)
 
 
+class ConnectionThrottled(Exception):
+    """The client's IP is over its connection creation rate quota."""
+
+    def __init__(self, ip: str, throttle_seconds: float) -> None:
+        self.ip = ip
+        self.throttle_seconds = throttle_seconds
+        super().__init__(f"connection rate of {ip} exceeded; throttled {throttle_seconds:.3f} s")
+
+
 Resolver = Callable[[str], str]
 
 
@@ -104,6 +130,9 @@ class ConnectionQuotas:
         self._listener_rate: dict[str, tuple[int, Rate]] = {}
         self._broker_rate = Rate(config.quota_window_size_seconds, config.quota_window_num)
         self._slot_freed = trio.lowlevel.ParkingLot()
+        #: connection_creation_rate quotas by IP; the key None is the default for every IP.
+        self._ip_rate_quotas: dict[str | None, float] = {}
+        self._ip_rates: dict[str, Rate] = {}
         self.total = 0
 
     def add_listener(self, listener: str) -> None:
@@ -149,12 +178,42 @@ class ConnectionQuotas:
             await self._slot_freed.park()
         return reason
 
+    def set_ip_connection_rate(self, ip: str | None, rate: float | None) -> None:
+        """Set (or with None remove) the connection creation rate quota of ``ip``; ``ip`` None
+        is the default quota of every IP without its own."""
+        if rate is None:
+            self._ip_rate_quotas.pop(ip, None)
+        else:
+            self._ip_rate_quotas[ip] = rate
+
+    def ip_connection_rates(self) -> dict[str | None, float]:
+        return dict(self._ip_rate_quotas)
+
+    def _check_ip_rate(self, ip: str, now: float) -> None:
+        quota = self._ip_rate_quotas.get(ip, self._ip_rate_quotas.get(None))
+        if quota is None:
+            self._ip_rates.pop(ip, None)
+            return
+        rate = self._ip_rates.get(ip)
+        if rate is None:
+            rate = self._ip_rates[ip] = Rate(self._config.quota_window_size_seconds,
+                                             self._config.quota_window_num)
+        rate.record(now)
+        delay = rate.throttle_seconds(quota, now)
+        if delay > 0:
+            rate.unrecord(now)
+            if rate.empty:
+                del self._ip_rates[ip]
+            raise ConnectionThrottled(ip, delay)
+
     def inc(self, listener: str, ip: str) -> None:
-        """Count a new connection, or raise :class:`TooManyConnections` (nothing counted)."""
+        """Count a new connection, or raise :class:`ConnectionThrottled` or
+        :class:`TooManyConnections` (then nothing is counted)."""
+        now = trio.current_time()
+        self._check_ip_rate(ip, now)
         limit = self.max_for_ip(ip)
         if self._by_ip[ip] >= limit:
             raise TooManyConnections(ip, limit)
-        now = trio.current_time()
         self._listener_rate[listener][1].record(now)
         self._broker_rate.record(now)
         self._by_ip[ip] += 1

@@ -32,6 +32,7 @@ from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
 from ..storage.manager import LogManager
 from .broker import Broker
+from .client_quotas import ClientQuotas
 from .handler_pool import RequestHandlerPool
 from .metrics_http import serve_metrics
 from .registry import supported_versions
@@ -115,8 +116,11 @@ class BrokerApp:
              ignored_config_keys=",".join(config.ignored_keys))
         cluster_id = await trio.to_thread.run_sync(load_or_create_cluster_id, config)
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
+        client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas)
+        await trio.to_thread.run_sync(client_quotas.load)
         broker = Broker(config, cluster_id, log_manager=log_manager,
-                        group_coordinator=GroupCoordinator(config, log_manager))
+                        group_coordinator=GroupCoordinator(config, log_manager),
+                        client_quotas=client_quotas)
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)
         server = self.socket_server

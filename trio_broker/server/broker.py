@@ -9,6 +9,7 @@ import attrs
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
+from .client_quotas import ClientQuotas
 
 if TYPE_CHECKING:
     import trio
@@ -30,6 +31,8 @@ class Broker:
     group_coordinator: GroupCoordinator = attrs.field(
         default=attrs.Factory(lambda self: GroupCoordinator(self.config, self.log_manager),
                               takes_self=True))
+    #: Client quotas (connection creation rate of IPs); None when no socket server runs.
+    client_quotas: ClientQuotas | None = None
     #: Advertised endpoint of each listener (by upper-case name), known once bound.
     advertised: dict[str, Endpoint] = attrs.field(factory=dict)
     #: Nursery for parked (delayed) operations; set while the broker runs.
