@@ -211,17 +211,27 @@ def configure_logging(*, broker_id: int, file: str | None = None, fmt: str | Non
         logger_factory=lambda *args: _WriterLogger(writer),
         cache_logger_on_first_use=False,
     )
+    global _logger
+    _logger = structlog.get_logger("trio_broker").bind()
+    _methods.clear()
     return writer
 
 
-_logger = structlog.get_logger("trio_broker")
+# Until configure_logging runs, structlog's lazy proxy (default configuration); afterwards a
+# concrete logger bound to the current configuration, which skips the proxy on every event.
+_logger: Any = structlog.get_logger("trio_broker")
+#: Each declared event's log method, resolved once per configuration.
+_methods: dict[str, Any] = {}
 
 
 def emit(event: str, /, **fields: Any) -> None:
     """Write one declared event at the level its declaration gives."""
-    spec = EVENTS.get(event)
-    level = spec.level if spec is not None else "info"
-    getattr(_logger, level)(event, **fields)
+    method = _methods.get(event)
+    if method is None:
+        spec = EVENTS.get(event)
+        method = getattr(_logger, spec.level if spec is not None else "info")
+        _methods[event] = method
+    method(event, **fields)
 
 
 # The connection a task works for. One context variable holding the connection's facts is much
