@@ -7,7 +7,9 @@ this node, at leader epoch 0. Unknown topics named in a request are created on t
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -58,9 +60,20 @@ def _topic_entry(ctx: RequestContext, module: Any, info: Any, *, with_ops: bool)
 
 def _error_entry(module: Any, error: ErrorCode, name: str | None,
                  topic_id: uuid.UUID | None = None) -> Any:
-    return build(module.MetadataResponseTopic, error_code=error, name=name,
+    cls = module.MetadataResponseTopic
+    if name is None and not _name_nullable(cls):
+        # Before v12 a response topic must have a name; Kafka answers an unnamed request
+        # entry with an empty one.
+        name = ""
+    return build(cls, error_code=error, name=name,
                  topic_id=topic_id or _ZERO_UUID,
                  is_internal=name is not None and is_internal_topic(name), partitions=())
+
+
+@functools.cache
+def _name_nullable(cls: type[Any]) -> bool:
+    name_field = next(f for f in dataclasses.fields(cls) if f.name == "name")
+    return "None" in str(name_field.type)
 
 
 def _requested(body: Any, version: int) -> list[Any] | None:
