@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from trio_broker.config import load_config
 from trio_broker.protocol import records as rb
@@ -345,3 +347,30 @@ def test_a_second_manager_on_the_same_directory_is_refused(tmp_path: Path) -> No
         make(tmp_path)
     lm.close()
     make(tmp_path).close()  # released at close
+
+
+async def test_failing_background_job_does_not_stop_the_broker(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, log_events: Any) -> None:
+    """A periodic job that raises (a disk error during retention, say) is logged and retried,
+    as Kafka's scheduler does; it never takes the broker down."""
+    manager = LogManager(load_config({"log.dirs": str(tmp_path),
+                                      "log.retention.check.interval.ms": "1000"}))
+    manager.open()
+    calls = []
+
+    def broken_retention(now: int) -> None:
+        calls.append(now)
+        raise OSError(5, "Input/output error")
+
+    manager.create_topic("t", 1)
+    log = manager.get_partition("t", 0)
+    assert log is not None
+    log.delete_old_segments = broken_retention  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        await trio.sleep(3.5)
+        nursery.cancel_scope.cancel()
+    manager.close()
+    assert len(calls) == 3
+    failed = log_events.events("background_task_failed")
+    assert len(failed) == 3 and failed[0]["task"] == "_retention_pass"

@@ -97,6 +97,8 @@ _EVENT_LIST = [
     _spec("shutdown_step", "One step of the ordered shutdown.",
           {"step": STRING, "elapsed_ms": DOUBLE, "detail": STRING}),
     _spec("broker_stopped", "The broker finished shutting down.", {"uptime_s": DOUBLE}),
+    _spec("background_task_failed", "A periodic background job raised; it runs again later.",
+          {"task": STRING, "error": STRING, "detail": STRING}, "error"),
     _spec("metrics_server_started", "Prometheus metrics are served over HTTP.",
           {"host": STRING, "port": LONG}),
     _spec("metrics_snapshot", "Periodic snapshot of the front end's gauges. The two "

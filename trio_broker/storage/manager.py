@@ -224,7 +224,11 @@ class LogManager:
     async def _periodic(self, interval_s: float, job: Any) -> None:
         while True:
             await trio.sleep(interval_s)
-            await job()
+            try:
+                await job()
+            except Exception as exc:  # as Kafka's scheduler: log, keep the broker, retry later
+                emit("background_task_failed", task=job.__name__, error=type(exc).__name__,
+                     detail=repr(exc))
 
     async def _retention_pass(self) -> None:
         now = now_ms()
