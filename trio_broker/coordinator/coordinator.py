@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -285,8 +285,8 @@ class GroupCoordinator:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer)
-                nursery.start_soon(self._expire_offsets_periodically)
+                nursery.start_soon(self._guarded, self._writer)
+                nursery.start_soon(self._guarded, self._expire_offsets_periodically)
                 for group in self._groups.values():
                     for member in group.members.values():
                         self._start_member_timer(group, member, member.session_timeout_ms)
@@ -301,6 +301,18 @@ class GroupCoordinator:
                         member.join_waiter.set(JoinResult(E.not_coordinator, member.member_id))
                     if member.sync_waiter is not None:
                         member.sync_waiter.set(SyncResult(E.not_coordinator))
+
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self._tasks.start_soon(self._guarded, fn, *args)
+
+    @staticmethod
+    async def _guarded(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run a coordinator task; a bug in one costs that task, never the broker."""
+        try:
+            await fn(*args)
+        except Exception as exc:
+            emit("background_task_failed", task=fn.__name__, error=type(exc).__name__,
+                 detail=repr(exc))
 
     @property
     def _tasks(self) -> trio.Nursery:
@@ -372,7 +384,7 @@ class GroupCoordinator:
     # --------------------------------------------------------------------- timers
     def _start_member_timer(self, group: Group, member: Member, timeout_ms: int) -> None:
         member.timer = trio.CancelScope(deadline=_now() + timeout_ms / 1000)
-        self._tasks.start_soon(self._watch_member, group, member)
+        self._spawn(self._watch_member, group, member)
 
     def _touch(self, member: Member, timeout_ms: int | None = None) -> None:
         """A sign of life: move the member's session deadline (the timer task keeps running)."""
@@ -423,7 +435,7 @@ class GroupCoordinator:
         scope = trio.CancelScope(deadline=_now() + delay_ms / 1000)
         group.join_timer = scope
         group.join_is_initial = initial
-        self._tasks.start_soon(self._watch_join, group, scope, initial, remaining_ms)
+        self._spawn(self._watch_join, group, scope, initial, remaining_ms)
 
     def _cancel_join_timer(self, group: Group) -> None:
         if group.join_timer is not None:
@@ -450,7 +462,7 @@ class GroupCoordinator:
             group.sync_timer.cancel()
         scope = trio.CancelScope(deadline=_now() + group.rebalance_timeout_ms / 1000)
         group.sync_timer = scope
-        self._tasks.start_soon(self._watch_sync, group, scope, group.generation_id)
+        self._spawn(self._watch_sync, group, scope, group.generation_id)
 
     async def _watch_sync(self, group: Group, scope: trio.CancelScope, generation: int) -> None:
         with scope:
@@ -641,7 +653,7 @@ class GroupCoordinator:
             # KIP-394: hand out the id first; the member joins for real with it.
             scope = trio.CancelScope(deadline=_now() + join.session_timeout_ms / 1000)
             group.pending_members[new_id] = scope
-            self._tasks.start_soon(self._watch_pending_member, group, new_id, scope)
+            self._spawn(self._watch_pending_member, group, new_id, scope)
             return _done(JoinResult(E.member_id_required, new_id))
         return self._add_member_and_rebalance(group, new_id, join)
 
@@ -756,8 +768,8 @@ class GroupCoordinator:
                 member.join_waiter = None
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
                 done = self._store_group(group, assignment)
-                self._tasks.start_soon(self._answer_static_rejoin, group, member, waiter, done,
-                                       current_leader, old_id, old_protocols)
+                self._spawn(self._answer_static_rejoin, group, member, waiter, done,
+                            current_leader, old_id, old_protocols)
             else:
                 self._maybe_prepare_rebalance(
                     group, f"static member {instance_id} rejoined with other protocols")
@@ -835,8 +847,8 @@ class GroupCoordinator:
         if leader:
             assignment = {m: bytes(assignments.get(m, b"")) for m in group.members}
             done = self._store_group(group, assignment)
-            self._tasks.start_soon(self._finish_leader_sync, group, group.generation_id,
-                                   assignment, done)
+            self._spawn(self._finish_leader_sync, group, group.generation_id, assignment,
+                        done)
         return waiter
 
     async def _finish_leader_sync(self, group: Group, generation: int,
