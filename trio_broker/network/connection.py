@@ -1,14 +1,17 @@
 """One client connection: Kafka's KafkaChannel plus the processor's work for it.
 
-The connection task owns two tasks in its own nursery:
+The **reader** reads frames (sans-IO :class:`FrameDecoder`), decodes them, and sends them into
+the request channel. Muting is simply not reading: before each frame it waits while the
+in-flight limit is reached, while the connection is throttled (KIP-219), and while the memory
+pool cannot hold the frame. TCP flow control pushes back on the client.
 
-* the **reader** reads frames (sans-IO :class:`FrameDecoder`), decodes them, and sends them into
-  the request channel. Muting is simply not reading: before each frame it waits while the
-  in-flight limit is reached (Kafka's one-request rule, or AutoMQ-style pipelining when
-  ``connection.max.inflight.requests`` > 1), while the connection is throttled (KIP-219), and
-  while the memory pool cannot hold the frame. TCP flow control pushes back on the client.
-* the **writer** sends responses strictly in request order, gathering every response that is
-  ready into one ``send_all``.
+The **writer** sends responses strictly in request order, gathering every response that is
+ready into one ``send_all``.
+
+With Kafka's one request in flight (the default) reading and writing alternate in the
+connection's one task: read, hand over, wait for the answer, send, read on; Kafka's
+``ChannelMuteState`` machine tracks it. With ``connection.max.inflight.requests`` > 1
+(AutoMQ-style pipelining) the writer is a second task in the connection's nursery.
 
 Idle expiry is a cancel scope around both whose deadline moves on every read and send.
 """
