@@ -307,22 +307,16 @@ async def test_confluent_idempotent_acks_all(broker: Any, log_events: Any,
     assert_no_refusals(log_events)
 
 
-async def test_kafka_python_round_trip(broker: Any, log_events: Any) -> None:
-    topic = "kafka-python"
-    await in_thread(create_topic, broker.bootstrap, topic)
-    records = make_records(40, tag="kp")
-    written = await in_thread(kafka_python_produce, broker.bootstrap, topic, records)
-    read = await in_thread(kafka_python_consume, broker.bootstrap, topic, len(records))
-    assert_round_trip(written, read)
-    assert_no_refusals(log_events)
-
-
-async def test_aiokafka_round_trip(broker: Any, log_events: Any) -> None:
-    topic = "aiokafka"
-    await in_thread(create_topic, broker.bootstrap, topic)
-    records = make_records(40, tag="aio")
-    written = await in_thread(aiokafka_produce, broker.bootstrap, topic, records)
-    read = await in_thread(aiokafka_consume, broker.bootstrap, topic, len(records))
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+async def test_python_client_round_trip(broker: Any, log_events: Any, client: str) -> None:
+    produce, consume = {
+        "kafka-python": (kafka_python_produce, kafka_python_consume),
+        "aiokafka": (aiokafka_produce, aiokafka_consume),
+    }[client]
+    await in_thread(create_topic, broker.bootstrap, client)
+    records = make_records(40, tag=client)
+    written = await in_thread(produce, broker.bootstrap, client, records)
+    read = await in_thread(consume, broker.bootstrap, client, len(records))
     assert_round_trip(written, read)
     assert_no_refusals(log_events)
 
