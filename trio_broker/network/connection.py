@@ -206,7 +206,7 @@ class Connection:
             if decoded.api_key == API_VERSIONS_KEY:
                 self._register_client(decoded.body)
             self._last_client_id = decoded.client_id or ""
-            request = Request(decoded, self.info, len(frame), reserved, owner=self)
+            request = Request(decoded, self, len(frame), reserved)
             self._pending.append(request)
             self.requests += 1
             if self._mute is not None:

@@ -59,12 +59,11 @@ class Request:
     """A decoded request in flight, with Kafka's timing points (``time.perf_counter_ns``)."""
 
     decoded: DecodedRequest
-    connection: ConnectionInfo
+    #: The connection that will send the response (it is woken when the slot is completed).
+    owner: Connection
     size: int
     #: Bytes reserved in the memory pool, released once the request is handled.
     reserved: int
-    #: The connection that will send the response (it is woken when the slot is completed).
-    owner: Connection
     slot: ResponseSlot = attrs.field(factory=ResponseSlot)
     start_ns: int = attrs.field(factory=time.perf_counter_ns)
     dequeue_ns: int = 0
@@ -72,6 +71,10 @@ class Request:
     response_complete_ns: int = 0
     response_dequeue_ns: int = 0
     end_ns: int = 0
+
+    @property
+    def connection(self) -> ConnectionInfo:
+        return self.owner.info
 
     def timings_ms(self) -> dict[str, float]:
         """Kafka's request-time breakdown (RequestChannel.updateRequestMetrics), in ms."""

@@ -8,6 +8,7 @@ Kafka MBean.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -69,7 +70,6 @@ class BrokerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.idle = IdleInstrument()
-        self._idle_ratio = 1.0
         self.network_processor_avg_idle_percent = Gauge(
             "kafka_network_socketserver_networkprocessoravgidlepercent",
             "Share of time the network event loop waited for I/O (0..1)", registry=r)
@@ -120,24 +120,34 @@ class BrokerMetrics:
                 ["request"], buckets=_MS_BUCKETS, registry=r)
             for field, name in REQUEST_TIME_HISTOGRAMS.items()
         }
-        self._request_children: dict[str, list[tuple[str, object]]] = {}
+        # Label lookups take a lock and build a key: resolve each series once, not per request.
+        self._per_api: dict[str, tuple[list[tuple[str, Any]], Any]] = {}
+        self._per_version: dict[tuple[str, int], Any] = {}
+        self._per_error: dict[tuple[str, str], Any] = {}
 
     def read_idle_ratio(self) -> float:
-        self._idle_ratio = self.idle.idle_ratio()
-        return self._idle_ratio
+        return self.idle.idle_ratio()
 
     def observe_request(self, api: str, version: int, timings: dict[str, float], error: str,
                         request_bytes: int) -> None:
         """Record one completed request in RequestsPerSec, ErrorsPerSec and the histograms."""
-        children = self._request_children.get(api)
-        if children is None:
-            children = [(f, h.labels(api)) for f, h in self.request_times.items()]
-            self._request_children[api] = children
-        for field, child in children:
-            child.observe(timings[field])  # type: ignore[attr-defined]
-        self.requests.labels(api, str(version)).inc()
-        self.errors.labels(api, error).inc()
-        self.request_bytes.labels(api).inc(request_bytes)
+        per_api = self._per_api.get(api)
+        if per_api is None:
+            per_api = self._per_api[api] = (
+                [(f, h.labels(api)) for f, h in self.request_times.items()],
+                self.request_bytes.labels(api))
+        histograms, bytes_counter = per_api
+        for field, child in histograms:
+            child.observe(timings[field])
+        bytes_counter.inc(request_bytes)
+        requests = self._per_version.get((api, version))
+        if requests is None:
+            requests = self._per_version[(api, version)] = self.requests.labels(api, str(version))
+        requests.inc()
+        errors = self._per_error.get((api, error))
+        if errors is None:
+            errors = self._per_error[(api, error)] = self.errors.labels(api, error)
+        errors.inc()
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
