@@ -14,6 +14,7 @@ import trio
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from trio_broker.protocol.codec import encode_request
+from trio_broker.protocol.framing import FrameDecoder
 
 _SIZE = struct.Struct(">i")
 API_VERSIONS_KEY = 18
@@ -51,16 +52,13 @@ class FrameCounter:
 
 async def read_one_frame(stream: trio.SocketStream) -> bytes:
     """Read exactly one response frame and return its payload (after the size)."""
-    buffer = bytearray()
-    while True:
-        if len(buffer) >= 4:
-            (size,) = _SIZE.unpack_from(buffer, 0)
-            if len(buffer) >= 4 + size:
-                return bytes(buffer[4:4 + size])
+    frames = FrameDecoder(2**31 - 1)
+    while (payload := frames.next_frame()) is None:
         data = await stream.receive_some(65536)
         if not data:
             raise ConnectionError("connection closed before a response arrived")
-        buffer += data
+        frames.feed(data)
+    return payload
 
 
 async def probe_api_versions_body(port: int) -> bytes:

@@ -14,6 +14,9 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from trio_broker.protocol.codec import decode_response, encode_request
+from trio_broker.protocol.framing import FrameDecoder
+
+MAX_RESPONSE_BYTES = 2**31 - 1
 
 
 class WireClient:
@@ -21,7 +24,7 @@ class WireClient:
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
-        self._buffer = bytearray()
+        self._frames = FrameDecoder(MAX_RESPONSE_BYTES)
         self._next_correlation = 1
         self._sent: dict[int, tuple[int, int]] = {}
 
@@ -45,20 +48,15 @@ class WireClient:
 
     async def receive_frame(self) -> bytes | None:
         """The next response payload, or None at end of stream."""
-        while True:
-            if len(self._buffer) >= 4:
-                (size,) = struct.unpack_from(">i", self._buffer, 0)
-                if len(self._buffer) >= 4 + size:
-                    payload = bytes(self._buffer[4:4 + size])
-                    del self._buffer[:4 + size]
-                    return payload
+        while (payload := self._frames.next_frame()) is None:
             try:
                 data = await self.stream.receive_some(65536)
             except trio.BrokenResourceError:
                 return None
             if not data:
                 return None
-            self._buffer += data
+            self._frames.feed(data)
+        return payload
 
     async def receive(self) -> tuple[int, Any]:
         """``(correlation_id, body)`` of the next response."""
