@@ -190,7 +190,7 @@ class Connection:
         return "shutdown", ""
 
     async def _read_loop(self) -> tuple[str, str]:
-        supported = self._processor.supported_versions
+        supported = self._server.supported_versions
         channel = self._processor.request_channel
         while True:
             await self._wait_until_readable()

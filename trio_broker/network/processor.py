@@ -32,7 +32,6 @@ class Processor:
         self.security_protocol = security_protocol
         self.request_channel = request_channel
         self.control_plane = control_plane
-        self.supported_versions = server.supported_versions
         capacity = server.config.queued_max_connections
         self.new_connections, self._new_connections_in = trio.open_memory_channel[
             tuple[trio.socket.SocketType, str, int]](capacity)

@@ -98,12 +98,6 @@ class BrokerApp:
         assert self.broker is not None
         return self.broker.advertised
 
-    def bootstrap(self, listener: str | None = None) -> str:
-        """``host:port`` of a listener's advertised endpoint (the first data-plane one)."""
-        names = [b.name for b in self.listeners if not b.control_plane]
-        endpoint = self.advertised[(listener or names[0]).upper()]
-        return f"{endpoint.host}:{endpoint.port}"
-
     async def serve(self, *, task_status: trio.TaskStatus[BrokerApp] = trio.TASK_STATUS_IGNORED
                     ) -> None:
         config = self.config
@@ -184,9 +178,6 @@ class BrokerApp:
         """Ask for the ordered shutdown and wait until the broker has stopped."""
         self._shutdown_requested.set()
         await self._stopped.wait()
-
-    def request_shutdown(self) -> None:
-        self._shutdown_requested.set()
 
     async def _shutdown_in_order(self) -> None:
         server = self.socket_server
