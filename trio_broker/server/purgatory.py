@@ -40,6 +40,11 @@ class Purgatory:
         """True once :meth:`complete_all` ran: new delays end at once."""
         return self._completing
 
+    @property
+    def waiting(self) -> int:
+        """Delayed operations waiting on a deadline right now."""
+        return len(self._delays)
+
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run a parked request's wait."""
         if self._nursery is None:
