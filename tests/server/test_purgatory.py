@@ -20,7 +20,7 @@ from trio_broker.protocol.codec import request_schema
 from trio_broker.protocol.records import build_batch
 from trio_broker.server.purgatory import Purgatory
 
-FETCH = 1
+FETCH, JOIN_GROUP = 1, 11
 
 
 def long_poll(max_wait_ms: int) -> Any:
@@ -95,3 +95,41 @@ async def test_a_delay_opened_after_complete_all_ends_at_once(
         await trio.sleep(10)
     assert scope.cancelled_caught and trio.current_time() == start
     assert purgatory.waiting == 0
+
+
+def join_group(member_id: str) -> Any:
+    m = sys.modules[request_schema(JOIN_GROUP, 9).__module__]
+    return m.JoinGroupRequest(
+        group_id="g", session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=30), member_id=member_id,
+        group_instance_id=None, protocol_type="consumer",
+        protocols=(m.JoinGroupRequestProtocol(name="range", metadata=b""),), reason=None)
+
+
+async def test_shutdown_answers_a_parked_join_with_not_coordinator(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """The coordinator resigns when shutdown starts (Kafka's onResignation on controlled
+    shutdown): a JoinGroup waiting out the initial rebalance delay learns NOT_COORDINATOR now
+    and goes looking for another coordinator, instead of holding the drain for 5 s."""
+    running = await start_broker({"shutdown.graceful.timeout.ms": "10000",
+                                  "group.initial.rebalance.delay.ms": "5000"})
+    client = await WireClient.connect(running.port)
+    with trio.fail_after(30):
+        first = await client.request(JOIN_GROUP, 9, join_group(""))
+        assert first.error_code == ErrorCode.member_id_required
+        await client.send(JOIN_GROUP, 9, join_group(first.member_id))
+        group = running.broker.group_coordinator.groups["g"]
+
+        def parked() -> bool:
+            member = group.members.get(first.member_id)
+            return member is not None and member.join_waiter is not None
+        await wait_until(parked)
+    parked_at = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(running.shutdown)
+        with trio.fail_after(30):
+            _, answer = await client.receive()
+        answered_after = trio.current_time() - parked_at
+    assert answered_after < 0.5, answered_after
+    assert answer.error_code == ErrorCode.not_coordinator
+    assert "in_flight_requests_finished" in [e["step"] for e in log_events.events("shutdown_step")]

@@ -8,7 +8,8 @@
         ...
         await app.shutdown()             # Kafka's order, under a graceful deadline
 
-Shutdown order (Kafka's ``BrokerServer.shutdown``): stop accepting, stop reading, let in-flight
+Shutdown order (Kafka's ``BrokerServer.shutdown``): stop accepting, stop reading, answer parked
+requests (long polls with what they have, group joins and syncs with NOT_COORDINATOR), let in-flight
 requests finish until ``shutdown.graceful.timeout.ms``, close connections, stop the handlers and
 delayed operations, stop the coordinator, close storage, flush logs.
 """
@@ -185,10 +186,12 @@ class BrokerApp:
         step("acceptors_stopped")
         server.stop_reading()
         step("processors_stopped_reading")
-        # Parked long polls answer now with what they have (Kafka force-completes delayed
-        # fetches), so the drain below does not wait out their max_wait.
+        # Parked requests answer now, so the drain below does not wait out their waits: long
+        # polls with what they have (Kafka force-completes delayed fetches), joins and syncs
+        # with NOT_COORDINATOR (the coordinator resigns, as on Kafka's controlled shutdown).
         if self.broker is not None:
             self.broker.purgatory.complete_all()
+            self.broker.group_coordinator.resign()
         step("delayed_operations_completed")
         graceful = self.config.shutdown_graceful_timeout_ms / 1000
         with trio.move_on_after(graceful) as drain_scope:
