@@ -7,8 +7,8 @@ client can match each one, and "no data" everywhere else.
 
 One generic rule, driven by kio's generated schemas, builds that response for every API:
 
-* a response array is **mirrored** from the request array it pairs with: the one with the same
-  name or, failing that, the one whose entries share the most fields with the response's entries
+* a response array is **mirrored** from the request array it pairs with: the one whose entries
+  share the most fields with the response's entries, the same array name breaking ties
   (``topic_data`` → ``responses``, ``partition_data`` → ``partition_responses``). Only arrays
   whose entries carry an error code (or lead to some that do, or only hold identifying fields)
   are mirrored; the others stay empty, as Kafka leaves them. Request arrays of plain names or
