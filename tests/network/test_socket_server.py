@@ -487,9 +487,10 @@ async def wait_for(condition: Any, timeout: float = 5.0) -> None:
             await trio.sleep(0.01)
 
 
-async def test_handler_error_closes_only_that_connection(
+async def test_handler_error_is_answered_and_costs_no_connection(
         start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
-    """processCompletedReceiveException & co: a failure costs one connection, others go on."""
+    """sendErrorOrCloseConnection: a failing handler's request gets the API's error response
+    (tests/server/test_error_responses.py checks them per API); the connection goes on."""
     original = registry.handlers()[METADATA]
 
     async def failing(ctx: Any, body: Any) -> Any:
@@ -499,13 +500,15 @@ async def test_handler_error_closes_only_that_connection(
     running = await start_broker()
     healthy = await WireClient.connect(running.port)
     victim = await WireClient.connect(running.port)
-    await victim.send(METADATA, 12, METADATA_ALL_V12)
-    assert await victim.closed_by_peer()
+    answer = await victim.request(METADATA, 12, METADATA_ALL_V12)
+    assert answer.topics == () and answer.brokers == ()
     failed = await log_events.wait_for("request_failed", api="Metadata")
     assert "injected failure" in failed[0]["detail"]
-    await log_events.wait_for("connection_closed", reason="handler")
+    body = await victim.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert body.error_code == ErrorCode.none
     body = await healthy.request(API_VERSIONS, 3, API_VERSIONS_V3)
     assert body.error_code == ErrorCode.none
+    assert not log_events.events("connection_closed")
 
 
 async def test_remote_close_send_failure(start_broker: Any, blocked_metadata: BlockedHandler,
@@ -573,9 +576,10 @@ async def test_listen_backlog(start_broker: Any) -> None:
     await waiting[0].request(API_VERSIONS, 3, API_VERSIONS_V3)
 
 
-async def test_response_encoding_failure_closes_only_that_connection(
+async def test_response_encoding_failure_is_answered_with_the_error_response(
         start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
-    """A response that cannot be encoded (a handler bug) must not take the broker down."""
+    """A response that cannot be encoded (a handler bug) is a handler failure like any other:
+    the error response goes out instead and the connection goes on."""
     original = registry.handlers()[METADATA]
 
     async def broken_body(ctx: Any, body: Any) -> Any:
@@ -584,11 +588,10 @@ async def test_response_encoding_failure_closes_only_that_connection(
     monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=broken_body))
     running = await start_broker()
     victim = await WireClient.connect(running.port)
-    await victim.send(METADATA, 12, METADATA_ALL_V12)
-    assert await victim.closed_by_peer()
+    answer = await victim.request(METADATA, 12, METADATA_ALL_V12)
+    assert answer.topics == ()
     await log_events.wait_for("request_failed", api="Metadata")
-    healthy = await WireClient.connect(running.port)
-    await healthy.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await victim.request(API_VERSIONS, 3, API_VERSIONS_V3)
 
 
 async def _alter_ip_rate(port: int, ip: str | None, rate: float | None) -> Any:

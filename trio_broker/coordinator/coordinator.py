@@ -144,6 +144,7 @@ class GroupCoordinator:
         self._wall_clock = wall_clock
         self._groups: dict[str, Group] = {}
         self._loaded = False
+        self._resigned = False
         self._nursery: trio.Nursery | None = None
         self._write_send, self._write_receive = trio.open_memory_channel[_Write](math.inf)
         self._num_partitions = config.offsets_topic_num_partitions
@@ -294,13 +295,23 @@ class GroupCoordinator:
                 await trio.sleep_forever()
         finally:
             self._nursery = None
-            # Whoever still waits learns that this node no longer coordinates the group.
-            for group in self._groups.values():
-                for member in group.members.values():
-                    if member.join_waiter is not None:
-                        member.join_waiter.set(JoinResult(E.not_coordinator, member.member_id))
-                    if member.sync_waiter is not None:
-                        member.sync_waiter.set(SyncResult(E.not_coordinator))
+            self._answer_waiters()
+
+    def resign(self) -> None:
+        """Stop coordinating joins and syncs (broker shutdown), as Kafka's ``onResignation``:
+        parked JoinGroup and SyncGroup requests, and any that come after, get NOT_COORDINATOR at
+        once instead of holding the shutdown until the rest of their group shows up."""
+        self._resigned = True
+        self._answer_waiters()
+
+    def _answer_waiters(self) -> None:
+        # Whoever still waits learns that this node no longer coordinates the group.
+        for group in self._groups.values():
+            for member in group.members.values():
+                if member.join_waiter is not None:
+                    member.join_waiter.set(JoinResult(E.not_coordinator, member.member_id))
+                if member.sync_waiter is not None:
+                    member.sync_waiter.set(SyncResult(E.not_coordinator))
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         self._tasks.start_soon(self._guarded, fn, *args)
@@ -614,6 +625,8 @@ class GroupCoordinator:
             return fail(E.coordinator_load_in_progress)
         if self._nursery is None:
             return fail(E.coordinator_not_available)
+        if self._resigned:
+            return fail(E.not_coordinator)
         if not group_id:
             return fail(E.invalid_group_id)
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
@@ -813,6 +826,8 @@ class GroupCoordinator:
             return _done(SyncResult(E.coordinator_load_in_progress))
         if self._nursery is None:
             return _done(SyncResult(E.coordinator_not_available))
+        if self._resigned:
+            return _done(SyncResult(E.not_coordinator))
         group = self._groups.get(group_id)
         if group is None:
             return _done(SyncResult(E.unknown_member_id))

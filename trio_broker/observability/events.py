@@ -134,9 +134,10 @@ _EVENT_LIST = [
           {**CONNECTION_FIELDS, "client_software_name": STRING,
            "client_software_version": STRING}),
     _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS),
-    _spec("request_failed", "A handler raised; the connection is closed.",
+    _spec("request_failed", "A handler raised; the request is answered with the API's error "
+          "response (UNKNOWN_SERVER_ERROR), or the connection closed when there is none.",
           {**CONNECTION_FIELDS, "api": STRING, "correlation_id": LONG, "error": STRING,
-           "detail": STRING}, "error"),
+           "detail": STRING, "traceback": STRING}, "error"),
     _spec("throttle_started", "A connection is throttled (KIP-219).",
           {**CONNECTION_FIELDS, "client_id": STRING, "quota_type": STRING, "throttle_ms": DOUBLE}),
     _spec("throttle_ended", "A throttled connection may read again.",

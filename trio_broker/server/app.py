@@ -8,7 +8,8 @@
         ...
         await app.shutdown()             # Kafka's order, under a graceful deadline
 
-Shutdown order (Kafka's ``BrokerServer.shutdown``): stop accepting, stop reading, let in-flight
+Shutdown order (Kafka's ``BrokerServer.shutdown``): stop accepting, stop reading, answer parked
+requests (long polls with what they have, group joins and syncs with NOT_COORDINATOR), let in-flight
 requests finish until ``shutdown.graceful.timeout.ms``, close connections, stop the handlers and
 delayed operations, stop the coordinator, close storage, flush logs.
 """
@@ -127,7 +128,8 @@ class BrokerApp:
                 await root.start(self._run_in_scope, self._coordinator_scope,
                                  broker.group_coordinator.run)
                 self._purgatory_scope = trio.CancelScope()
-                broker.purgatory = await root.start(self._run_purgatory)
+                await root.start(self._run_in_scope, self._purgatory_scope,
+                                 broker.purgatory.run)
                 self._pools = [RequestHandlerPool(broker, server, server.data_plane_channel,
                                                   config.num_io_threads)]
                 if server.control_plane_channel is not None:
@@ -167,13 +169,6 @@ class BrokerApp:
         with scope:
             await service(task_status=task_status)
 
-    async def _run_purgatory(self, *, task_status: trio.TaskStatus[trio.Nursery]
-                             = trio.TASK_STATUS_IGNORED) -> None:
-        with self._purgatory_scope:
-            async with trio.open_nursery() as nursery:
-                task_status.started(nursery)
-                await trio.sleep_forever()
-
     async def shutdown(self) -> None:
         """Ask for the ordered shutdown and wait until the broker has stopped."""
         self._shutdown_requested.set()
@@ -191,6 +186,13 @@ class BrokerApp:
         step("acceptors_stopped")
         server.stop_reading()
         step("processors_stopped_reading")
+        # Parked requests answer now, so the drain below does not wait out their waits: long
+        # polls with what they have (Kafka force-completes delayed fetches), joins and syncs
+        # with NOT_COORDINATOR (the coordinator resigns, as on Kafka's controlled shutdown).
+        if self.broker is not None:
+            self.broker.purgatory.complete_all()
+            self.broker.group_coordinator.resign()
+        step("delayed_operations_completed")
         graceful = self.config.shutdown_graceful_timeout_ms / 1000
         with trio.move_on_after(graceful) as drain_scope:
             await server.wait_drained()

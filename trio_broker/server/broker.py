@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
 from ..storage.manager import LogManager
 from .client_quotas import ClientQuotas
-
-if TYPE_CHECKING:
-    import trio
+from .purgatory import Purgatory
 
 
 @attrs.define
@@ -35,8 +31,8 @@ class Broker:
     client_quotas: ClientQuotas | None = None
     #: Advertised endpoint of each listener (by upper-case name), known once bound.
     advertised: dict[str, Endpoint] = attrs.field(factory=dict)
-    #: Nursery for parked (delayed) operations; set while the broker runs.
-    purgatory: trio.Nursery | None = None
+    #: Where parked (delayed) operations wait; its tasks run while the broker runs.
+    purgatory: Purgatory = attrs.field(factory=Purgatory)
 
     @property
     def node_id(self) -> int:

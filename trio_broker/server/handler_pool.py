@@ -9,6 +9,7 @@ Kafka's delayed operations free the handler thread.
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import trio
 from ..network.request_channel import Request, RequestChannel, ResponseAction
 from ..observability.log import emit, for_connection
 from ..protocol.codec import encode_response, frame_response
+from ..protocol.error_response import error_response
 from ..protocol.errors import response_error
 from .context import NO_RESPONSE, CloseConnection, EncodedBody, Parked, RequestContext
 from .registry import handlers
@@ -73,45 +75,74 @@ class RequestHandlerPool:
                       produce: Callable[[], Awaitable[Any]]) -> None:
         """Run a handler (or a parked wait) and complete the request with the outcome.
 
-        Any failure, encoding the response included, closes only this request's connection.
+        A handler that fails (its response's encoding included) gets the API's error response,
+        as Kafka's ``sendErrorOrCloseConnection``; the connection is kept.
         """
         try:
             result = await produce()
             if isinstance(result, Parked):
                 request.local_complete_ns = time.perf_counter_ns()
-                purgatory = self.broker.purgatory
-                assert purgatory is not None, "the broker is not running"
                 # The task inherits this task's context, so its events keep the bound fields.
-                purgatory.start_soon(self._answer, request, ctx, result.wait)
+                self.broker.purgatory.start_soon(self._answer, request, ctx, result.wait)
                 return
             self.complete(request, ctx, result)
         except CloseConnection as close:
             self.complete(request, ctx, None, close_reason=close.reason)
         except Exception as exc:
-            emit("request_failed", api=request.decoded.api,
-                 correlation_id=request.decoded.correlation_id, error=type(exc).__name__,
-                 detail=repr(exc))
-            self.complete(request, ctx, None, close_reason=f"handler error: {exc!r}")
+            self._fail(request, ctx, exc)
+
+    def _fail(self, request: Request, ctx: RequestContext, exc: Exception) -> None:
+        """Answer a failed request with UNKNOWN_SERVER_ERROR, or close when there is no answer.
+
+        Kafka closes instead when the API has no error response (Produce with acks=0, whose
+        client would otherwise never learn of the failure) and so do we when even the error
+        response cannot be built.
+        """
+        decoded = request.decoded
+        emit("request_failed", api=decoded.api, correlation_id=decoded.correlation_id,
+             error=type(exc).__name__, detail=repr(exc),
+             traceback="".join(traceback.format_exception(exc)))
+        # An ApiVersions request of an unsupported version is answered as v0.
+        version = 0 if decoded.unsupported_version else decoded.api_version
+        framed: bytes | None = None
+        reason = f"handler error: {exc!r}"
+        try:
+            body = error_response(decoded.api_key, version, decoded.body)
+            if body is not None:
+                framed = encode_response(decoded, body)
+        except Exception as build_exc:  # the request itself is beyond answering: close
+            reason += f"; no error response: {build_exc!r}"
+        if framed is None:
+            self.complete(request, ctx, None, close_reason=reason)
+        else:
+            self._finish(request, ResponseAction.SEND, framed, error="UNKNOWN_SERVER_ERROR")
 
     def complete(self, request: Request, ctx: RequestContext, body: Any, *,
                  close_reason: str = "") -> None:
         """Hand the response to the connection: Send, NoOp or CloseConnection."""
+        if close_reason:
+            self._finish(request, ResponseAction.CLOSE, close_reason=close_reason)
+        elif body is NO_RESPONSE:
+            self._finish(request, ResponseAction.NOOP, throttle_ms=ctx.throttle_ms)
+        elif isinstance(body, EncodedBody):
+            # ApiVersions is the only pre-encoded answer, and it always uses header v0.
+            self._finish(request, ResponseAction.SEND,
+                         frame_response(request.decoded, body.payload, False),
+                         error=body.error, throttle_ms=ctx.throttle_ms)
+        else:
+            # Encoded before anything is recorded: a body that cannot be encoded is a failure.
+            framed = encode_response(request.decoded, body)
+            self._finish(request, ResponseAction.SEND, framed, error=response_error(body),
+                         throttle_ms=ctx.throttle_ms)
+
+    def _finish(self, request: Request, action: ResponseAction, payload: bytes = b"", *,
+                error: str = "NONE", throttle_ms: int = 0, close_reason: str = "") -> None:
         now = time.perf_counter_ns()
         if not request.local_complete_ns:
             request.local_complete_ns = now
         request.response_complete_ns = now
-        slot = request.slot
-        if close_reason:
-            slot.complete(ResponseAction.CLOSE, close_reason=close_reason)
-        elif body is NO_RESPONSE:
-            slot.complete(ResponseAction.NOOP, throttle_ms=ctx.throttle_ms)
-        elif isinstance(body, EncodedBody):
-            # ApiVersions is the only pre-encoded answer, and it always uses header v0.
-            slot.complete(ResponseAction.SEND, frame_response(request.decoded, body.payload, False),
-                          error=body.error, throttle_ms=ctx.throttle_ms)
-        else:
-            slot.complete(ResponseAction.SEND, encode_response(request.decoded, body),
-                          error=response_error(body), throttle_ms=ctx.throttle_ms)
+        request.slot.complete(action, payload, error=error, throttle_ms=throttle_ms,
+                              close_reason=close_reason)
         self.server.memory_pool.release(request.reserved)
         request.reserved = 0
         owner = request.owner

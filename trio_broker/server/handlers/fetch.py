@@ -2,7 +2,8 @@
 
 A fetch that cannot be satisfied at once is parked (Kafka's DelayedFetch in its purgatory): the
 handler returns ``ctx.park(wait)`` and is free at once, and ``wait`` runs in the purgatory
-nursery under ``trio.move_on_after(max_wait)``, woken by appends to the partitions it reads.
+under ``purgatory.delay(max_wait)``, woken by appends to the partitions it reads; at shutdown the
+purgatory ends the wait at once and the fetch answers with what it has.
 
 Fetch sessions (KIP-227) are declined, as the protocol allows: every answer carries session id
 0, so clients keep sending full fetch requests. A request for an incremental session we never
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
 from kio.schema.errors import ErrorCode
 
 from ..context import RequestContext
@@ -88,11 +88,13 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     if total >= min_bytes or errors or max_wait_s <= 0 or not body.topics:
         return respond(topics)
     lm = ctx.broker.log_manager
+    purgatory = ctx.broker.purgatory
     keys = [(t.topic, int(p.partition)) for t in body.topics for p in t.partitions]
 
     async def wait() -> Any:
         nonlocal topics
-        with trio.move_on_after(max_wait_s):
+        # Ends at max_wait, or at once when the broker shuts down (DelayedFetch.forceComplete).
+        with purgatory.delay(max_wait_s):
             while True:
                 await lm.wait_for_data(keys)
                 topics, got, failed = _read_all(ctx, body, module)

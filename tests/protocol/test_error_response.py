@@ -1,0 +1,285 @@
+"""The error response of every supported API and version (``protocol.error_response``).
+
+Kafka's ``AbstractRequest.getErrorResponse`` is written by hand per request class; ours is one
+rule over kio's schemas plus a few overrides. The expectations here are written from Kafka's
+request classes, independently of the rule: which request arrays each response echoes, with
+which identifying fields, and which values mean "no data".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
+
+from trio_broker.protocol.codec import (
+    DecodedRequest,
+    api_name,
+    decode_response,
+    encode_response,
+    request_schema,
+)
+from trio_broker.protocol.error_response import UNKNOWN_SERVER_ERROR_MESSAGE, error_response
+from trio_broker.server.registry import supported_versions
+
+# Produce needs record bytes; their content does not matter to an error response.
+st.register_type_strategy(Records, st.one_of(st.none(), st.binary(max_size=20)))
+
+API_VERSIONS = [(key, version) for key, (low, high) in supported_versions().items()
+                for version in range(low, high + 1)]
+
+# What Kafka's getErrorResponse echoes: (request array path, response array path,
+# [(request field, response field)] compared entry by entry; "=" compares the value itself for
+# arrays of plain values). Keyed by API key, then by the lowest version the line applies to.
+Mirror = tuple[str, str, list[tuple[str, str]]]
+MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
+    0: [(0, 99, ("topic_data", "responses", [("name", "name")])),
+        (0, 99, ("topic_data.partition_data", "responses.partition_responses",
+                 [("index", "index")]))],
+    1: [(0, 12, ("topics", "responses", [("topic", "topic")])),
+        (0, 12, ("topics.partitions", "responses.partitions",
+                 [("partition", "partition_index")]))],
+    2: [(0, 99, ("topics", "topics", [("name", "name")])),
+        (0, 99, ("topics.partitions", "topics.partitions",
+                 [("partition_index", "partition_index")]))],
+    3: [(0, 9, ("topics", "topics", [("name", "name")])),
+        (10, 99, ("topics", "topics", [("name", "name"), ("topic_id", "topic_id")]))],
+    8: [(0, 99, ("topics", "topics", [("name", "name")])),
+        (0, 99, ("topics.partitions", "topics.partitions",
+                 [("partition_index", "partition_index")]))],
+    9: [(0, 1, ("topics", "topics", [("name", "name")])),
+        (0, 1, ("topics.partition_indexes", "topics.partitions", [("=", "partition_index")])),
+        (8, 99, ("groups", "groups", [("group_id", "group_id")]))],
+    10: [(4, 99, ("coordinator_keys", "coordinators", [("=", "key")]))],
+    15: [(0, 99, ("groups", "groups", [("=", "group_id")]))],
+    19: [(0, 99, ("topics", "topics", [("name", "name")]))],
+    20: [(0, 5, ("topic_names", "responses", [("=", "name")])),
+         (6, 99, ("topics", "responses", [("name", "name"), ("topic_id", "topic_id")]))],
+    23: [(0, 99, ("topics", "topics", [("topic", "topic")])),
+         (0, 99, ("topics.partitions", "topics.partitions", [("partition", "partition")]))],
+    32: [(0, 99, ("resources", "results",
+                  [("resource_type", "resource_type"), ("resource_name", "resource_name")]))],
+    33: [(0, 99, ("resources", "responses",
+                  [("resource_type", "resource_type"), ("resource_name", "resource_name")]))],
+    37: [(0, 99, ("topics", "results", [("name", "name")]))],
+    42: [(0, 99, ("groups_names", "results", [("=", "group_id")]))],
+    44: [(0, 99, ("resources", "responses",
+                  [("resource_type", "resource_type"), ("resource_name", "resource_name")]))],
+    49: [(0, 99, ("entries", "entries", [])),
+         (0, 99, ("entries.entity", "entries.entity",
+                  [("entity_type", "entity_type"), ("entity_name", "entity_name")]))],
+}
+#: Response arrays Kafka leaves empty even though the request has entries to echo.
+EMPTY: dict[int, list[tuple[int, int, str]]] = {
+    9: [(2, 7, "topics"), (8, 99, "groups.topics")],  # OffsetFetch: top-level / group error only
+    11: [(0, 99, "members")],  # JoinGroup
+    13: [(0, 99, "members")],  # LeaveGroup: the top-level error only
+    47: [(0, 99, "topics")],   # OffsetDelete: the top-level error only
+}
+
+
+def _applies(table: dict[int, list[tuple[int, int, Any]]], key: int, version: int) -> list[Any]:
+    return [entry for low, high, entry in table.get(key, []) if low <= version <= high]
+
+
+def _walk(value: Any, path: str) -> Iterator[tuple[Any, Any]]:
+    """(parent, child array) pairs at a dotted path of arrays."""
+    head, _, rest = path.partition(".")
+    items = getattr(value, head, None)
+    if not rest:
+        yield value, items
+        return
+    for item in items or ():
+        yield from _walk(item, rest)
+
+
+def _arrays(value: Any, path: str) -> list[tuple[Any, ...]]:
+    return [tuple(items or ()) for _, items in _walk(value, path)]
+
+
+def _error_codes(value: Any) -> Iterator[Any]:
+    if not dataclasses.is_dataclass(value):
+        return
+    for f in dataclasses.fields(value):
+        item = getattr(value, f.name)
+        if f.metadata.get("kafka_type") == "error_code":
+            yield item
+        elif isinstance(item, tuple):
+            for element in item:
+                yield from _error_codes(element)
+        elif dataclasses.is_dataclass(item):
+            yield from _error_codes(item)
+
+
+def _same_id(request_value: Any, response_value: Any) -> bool:
+    # A null request name goes out as "" where the response needs a name (Metadata).
+    return request_value == response_value or (request_value is None and response_value == "")
+
+
+def _wire(api_key: int, version: int, body: Any) -> Any:
+    """Encode as the broker sends it and decode as a client reads it."""
+    request = DecodedRequest(api_key, version, 7, "client", None)
+    framed = encode_response(request, body)
+    correlation, decoded = decode_response(api_key, version, framed[4:])
+    assert correlation == 7
+    return decoded
+
+
+@pytest.mark.parametrize(("api_key", "version"), API_VERSIONS,
+                         ids=[f"{api_name(k)}-v{v}" for k, v in API_VERSIONS])
+def test_error_response_of_every_api_and_version(api_key: int, version: int) -> None:
+    @settings(max_examples=15, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(body=st.from_type(request_schema(api_key, version)))
+    def check(body: Any) -> None:
+        response = error_response(api_key, version, body)
+        if api_key == 0 and body.acks == 0:
+            assert response is None  # Kafka closes the connection instead
+            return
+        decoded = _wire(api_key, version, response)
+        assert all(code == ErrorCode.unknown_server_error for code in _error_codes(decoded))
+        if hasattr(decoded, "throttle_time"):
+            assert decoded.throttle_time == datetime.timedelta(0)
+        for request_path, response_path, ids in _applies(MIRRORS, api_key, version):
+            requested = _arrays(body, request_path)
+            answered = _arrays(decoded, response_path)
+            assert len(requested) == len(answered), (request_path, response_path)
+            for asked, got in zip(requested, answered, strict=True):
+                assert len(asked) == len(got), (request_path, asked, got)
+                for request_item, response_item in zip(asked, got, strict=True):
+                    for request_field, response_field in ids:
+                        expected = (request_item if request_field == "="
+                                    else getattr(request_item, request_field))
+                        assert _same_id(expected, getattr(response_item, response_field))
+        for path in _applies(EMPTY, api_key, version):
+            assert all(items == () for items in _arrays(decoded, path)), path
+
+    check()
+
+
+def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
+    """A new API must get its Kafka expectations written here, not just pass silently."""
+    with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 23, 32, 33, 37, 42, 44, 47, 49}
+    no_arrays = {12, 14, 16, 18, 22, 48, 60}  # nothing to echo (48: entries are null)
+    assert set(supported_versions()) == with_arrays | no_arrays
+
+
+def _module(api_key: int, version: int) -> Any:
+    return sys.modules[request_schema(api_key, version).__module__]
+
+
+def test_produce_partitions_have_kafka_no_data_values() -> None:
+    """ProduceRequest.getErrorResponse: INVALID_OFFSET, NO_TIMESTAMP, no record errors, and no
+    message for UNKNOWN_SERVER_ERROR (ApiError.fromThrowable does not leak internals)."""
+    p = _module(0, 9)
+    body = p.ProduceRequest(acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(0)),
+                            topic_data=(p.TopicProduceData(name="t", partition_data=(
+                                p.PartitionProduceData(index=i32(2), records=b""),)),))
+    partition = _wire(0, 9, error_response(0, 9, body)).responses[0].partition_responses[0]
+    assert (partition.index, partition.error_code, partition.base_offset,
+            partition.log_append_time, partition.log_start_offset, partition.record_errors,
+            partition.error_message) == (2, ErrorCode.unknown_server_error, -1, None, -1, (),
+                                         None)
+    assert error_response(0, 9, attrs_replace(body, acks=i16(0))) is None
+
+
+def attrs_replace(body: Any, **changes: Any) -> Any:
+    return dataclasses.replace(body, **changes)
+
+
+def test_fetch_partitions_and_session_id() -> None:
+    """FetchRequest (v < 13): every partition with the error and high watermark -1, the top-level
+    error too, the request's session id echoed, empty records."""
+    f = _module(1, 12)
+    body = f.FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=1)), min_bytes=i32(1),
+        session_id=i32(9), rack_id="",
+        topics=(f.FetchTopic(topic="t", partitions=(f.FetchPartition(
+            partition=i32(1), fetch_offset=i64(10), partition_max_bytes=i32(100)),)),),
+        forgotten_topics_data=(f.ForgottenTopic(topic="x", partitions=(i32(4),)),))
+    response = _wire(1, 12, error_response(1, 12, body))
+    assert response.error_code == ErrorCode.unknown_server_error and response.session_id == 9
+    [topic] = response.responses
+    [partition] = topic.partitions
+    assert (topic.topic, partition.partition_index, partition.high_watermark,
+            partition.last_stable_offset, partition.log_start_offset,
+            partition.preferred_read_replica, partition.records) == ("t", 1, -1, -1, -1, -1, b"")
+
+
+def test_metadata_echoes_topics_without_partitions_or_brokers() -> None:
+    m = _module(3, 12)
+    topic_id = uuid.uuid4()
+    body = m.MetadataRequest(topics=(m.MetadataRequestTopic(topic_id=None, name="a"),
+                                     m.MetadataRequestTopic(topic_id=topic_id, name=None)),
+                             include_topic_authorized_operations=False)
+    response = _wire(3, 12, error_response(3, 12, body))
+    assert response.brokers == () and response.controller_id == -1
+    assert [(t.name, t.topic_id, t.partitions) for t in response.topics] == [
+        ("a", None, ()), ("", topic_id, ())]
+    everything = m.MetadataRequest(topics=None, include_topic_authorized_operations=False)
+    assert _wire(3, 12, error_response(3, 12, everything)).topics == ()
+
+
+def test_group_responses_use_kafka_unknown_values() -> None:
+    """JoinGroupRequest: generation -1, empty leader and member id, protocol name null from
+    v7 ("" before); OffsetFetch v1: offset -1 and metadata "" per partition."""
+    j = _module(11, 9)
+    join = j.JoinGroupRequest(group_id="g", session_timeout=i32Timedelta.parse(
+        datetime.timedelta(seconds=10)), member_id="m", protocol_type="consumer",
+        protocols=(j.JoinGroupRequestProtocol(name="range", metadata=b"x"),))
+    response = _wire(11, 9, error_response(11, 9, join))
+    assert (response.generation_id, response.leader, response.member_id,
+            response.protocol_name, response.members) == (-1, "", "", None, ())
+    j0 = _module(11, 0)
+    join0 = j0.JoinGroupRequest(group_id="g", session_timeout=i32Timedelta.parse(
+        datetime.timedelta(seconds=10)), member_id="m", protocol_type="consumer", protocols=())
+    assert _wire(11, 0, error_response(11, 0, join0)).protocol_name == ""
+    o = _module(9, 1)
+    fetch = o.OffsetFetchRequest(group_id="g", topics=(
+        o.OffsetFetchRequestTopic(name="t", partition_indexes=(i32(0), i32(3))),))
+    partitions = _wire(9, 1, error_response(9, 1, fetch)).topics[0].partitions
+    assert [(p.partition_index, p.committed_offset, p.metadata) for p in partitions] == [
+        (0, -1, ""), (3, -1, "")]
+
+
+def test_find_coordinator_and_describe_configs_carry_the_default_message() -> None:
+    """These two set ``error.message()`` in Kafka; the coordinator is Node.noNode()."""
+    c = _module(10, 4)
+    response = _wire(10, 4, error_response(10, 4, c.FindCoordinatorRequest(
+        coordinator_keys=("g1", "g2"))))
+    assert [(x.key, x.node_id, x.host, x.port, x.error_message)
+            for x in response.coordinators] == [
+        ("g1", -1, "", -1, UNKNOWN_SERVER_ERROR_MESSAGE),
+        ("g2", -1, "", -1, UNKNOWN_SERVER_ERROR_MESSAGE)]
+    old = _wire(10, 2, error_response(10, 2, _module(10, 2).FindCoordinatorRequest(key="g")))
+    assert (old.node_id, old.host, old.port, old.error_message) == (
+        -1, "", -1, UNKNOWN_SERVER_ERROR_MESSAGE)
+    d = _module(32, 4)
+    described = _wire(32, 4, error_response(32, 4, d.DescribeConfigsRequest(resources=(
+        d.DescribeConfigsResource(resource_type=2, resource_name="t",
+                                  configuration_keys=("a",)),))))
+    [result] = described.results
+    assert (result.resource_type, result.resource_name, result.configs,
+            result.error_message) == (2, "t", (), UNKNOWN_SERVER_ERROR_MESSAGE)
+
+
+def test_describe_client_quotas_entries_are_null() -> None:
+    d = _module(48, 1)
+    body = d.DescribeClientQuotasRequest(components=(), strict=False)
+    response = _wire(48, 1, error_response(48, 1, body))
+    assert response.entries is None and response.error_code == ErrorCode.unknown_server_error
+
+
+def test_api_versions_without_a_body() -> None:
+    """An ApiVersions request of an unsupported version has no body; it is answered as v0."""
+    response = _wire(18, 0, error_response(18, 0, None))
+    assert response.error_code == ErrorCode.unknown_server_error and response.api_keys == ()
