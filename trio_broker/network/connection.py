@@ -242,7 +242,8 @@ class Connection:
         if self._mute is not None:
             if self._mute.state.name.startswith("MUTED_AND_THROTTLED"):
                 self._mute.handle(MuteEvent.THROTTLE_ENDED)
-                emit("throttle_ended", client_id=self._last_client_id)
+                emit("throttle_ended", client_id=self._last_client_id,
+                     user=self.info.principal.partition(":")[2])
             self._mute.maybe_unmute()
         if muted_at is not None:
             self._unmuted("ready", muted_at)
@@ -379,7 +380,9 @@ class Connection:
             self._throttle_deadline = max(self._throttle_deadline,
                                           trio.current_time() + slot.throttle_ms / 1000)
             emit("throttle_started", client_id=request.decoded.client_id or "",
-                 quota_type="request", throttle_ms=float(slot.throttle_ms))
+                 user=self.info.principal.partition(":")[2],
+                 quota_type=slot.throttle_quota or "request_percentage",
+                 throttle_ms=float(slot.throttle_ms))
         if self._mute is not None:
             try:
                 if slot.throttle_ms > 0:
