@@ -256,18 +256,18 @@ def _checked(pairs: tuple[tuple[str, str | None], ...], ops: dict[str, float | N
     for key, value in ops.items():
         if value is None:
             continue  # removing a key that is not set is no change, whatever the key
-        kind = keys.get(key)
-        if kind is None:
+        key_type = keys.get(key)
+        if key_type is None:
             raise QuotaProblem("invalid_request", f"Invalid configuration key {key}")
         if not value > 0.0:
             raise QuotaProblem("invalid_request", f"Quota {key} must be greater than 0")
-        if kind == "INT" and value > _INT_MAX:
+        if key_type == "INT" and value > _INT_MAX:
             raise QuotaProblem("invalid_request",
                                f"Proposed value for {key} is too large for an INT.")
-        if kind == "LONG" and value > _LONG_MAX:
+        if key_type == "LONG" and value > _LONG_MAX:
             raise QuotaProblem("invalid_request",
                                f"Proposed value for {key} is too large for a LONG.")
-        if kind in ("INT", "LONG") and (math.isinf(value) or abs(value % 1.0) > 1e-6):
+        if key_type in ("INT", "LONG") and (math.isinf(value) or abs(value % 1.0) > 1e-6):
             raise QuotaProblem("invalid_request", f"{key} cannot be a fractional value.")
     return ops
 

@@ -63,6 +63,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, body: Any) -> Any:
                    ops=tuple((op.key, None if op.remove else float(op.value))
                              for op in entry.ops))
         for entry in body.entries]
+    results: list[tuple[Entity, QuotaProblem | None]]
     if quotas is None:
         results = [(tuple(a.entity), QuotaProblem("invalid_request", _UNAVAILABLE))
                    for a in alterations]
