@@ -148,6 +148,10 @@ class Rate:
             elapsed += (self._num - 1 - full) * self._window_ms
         return max(elapsed, 1)
 
+    def total(self, now: float) -> float:
+        """What the windows still hold (the rate's numerator)."""
+        return self._stat.total(to_ms(now))
+
     def rate_ms(self, now_ms: int) -> float:
         total = self._stat.total(now_ms)
         return total / (self.window_size_ms(now_ms) / 1000)
