@@ -125,6 +125,8 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
 def _throttled(ctx: RequestContext, managers: QuotaManagers, response: Any) -> bool:
     """Kafka's fetch quotas: the request time and the response's size are charged; when
     either quota throttles, the size is taken back and True is returned."""
+    if not (managers.request.enabled or managers.fetch.enabled):
+        return False
     request_ms = managers.record_request_time(ctx)
     fetch_ms = 0
     size = 0
