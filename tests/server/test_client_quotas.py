@@ -524,3 +524,29 @@ async def test_idle_expiry_during_a_throttle(
     assert await client.closed_by_peer()
     assert trio.current_time() - sent == pytest.approx(3.0, abs=1e-6)
     assert await log_events.wait_for("connection_expired")
+
+
+async def test_pipelined_connection_is_muted_for_the_throttle_too(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    running = await quota_broker(start_broker, **{"connection.max.inflight.requests": "8"})
+    await alter(running.port, {"client-id": "p"}, {"producer_byte_rate": 1000})
+    client = await WireClient.connect(running.port, client_id="p")
+    answer = await produce(client, 20_000)
+    muted = await next_answer_after(client)
+    expected = kafka_throttle(await request_bytes(log_events, "p"), 1000)
+    assert ms(answer) == expected > 0
+    assert muted == pytest.approx(expected / 1000, abs=1e-6)
+
+
+async def test_first_file_format_is_still_read(start_broker: Any, tmp_path: Any) -> None:
+    data = tmp_path / "old"
+    data.mkdir()
+    (data / "client-quotas.json").write_text(json.dumps(
+        [{"ip": "10.0.0.9", "connection_creation_rate": 3.0},
+         {"ip": None, "connection_creation_rate": 50.0}]))
+    running = await start_broker({"log.dirs": str(data)})
+    assert entries(await describe(running.port, ("ip", 2, None))) == {
+        (("ip", "10.0.0.9"),): {"connection_creation_rate": 3.0},
+        (("ip", None),): {"connection_creation_rate": 50.0}}
+    assert running.app.socket_server.quotas.ip_connection_rates() == {"10.0.0.9": 3.0,
+                                                                     None: 50.0}

@@ -197,6 +197,9 @@ class Connection:
             frame = await self._read_frame()
             if frame is None:
                 return "client", "end of stream"
+            if self._throttle_deadline > trio.current_time():
+                # Pipelining: a throttle began while this frame was being read (KIP-219).
+                await self._wait_until_readable()
             reserved, self._frame_reserved = self._frame_reserved, 0
             try:
                 decoded = decode_request(frame, supported)
