@@ -536,6 +536,7 @@ async def test_pipelined_connection_is_muted_for_the_throttle_too(
     expected = kafka_throttle(await request_bytes(log_events, "p"), 1000)
     assert ms(answer) == expected > 0
     assert muted == pytest.approx(expected / 1000, abs=1e-6)
+    assert await log_events.wait_for("throttle_ended", client_id="p")
 
 
 async def test_first_file_format_is_still_read(start_broker: Any, tmp_path: Any) -> None:

@@ -229,6 +229,7 @@ class Connection:
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""
         muted_at: float | None = None
+        throttled = False
         while True:
             if len(self._pending) >= self._max_inflight:
                 if muted_at is None:
@@ -239,9 +240,13 @@ class Connection:
             if self._throttle_deadline > trio.current_time():
                 if muted_at is None:
                     muted_at = self._muted("throttle")
+                throttled = True
                 await trio.sleep_until(self._throttle_deadline)
                 continue
             break
+        if throttled and self._mute is None:  # pipelining has no mute state machine
+            emit("throttle_ended", client_id=self._last_client_id,
+                 user=self.info.principal.partition(":")[2])
         if self._mute is not None:
             if self._mute.state.name.startswith("MUTED_AND_THROTTLED"):
                 self._mute.handle(MuteEvent.THROTTLE_ENDED)
