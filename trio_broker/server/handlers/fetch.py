@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_body
