@@ -22,21 +22,25 @@ MAX_RESPONSE_BYTES = 2**31 - 1
 class WireClient:
     """Sends framed requests and reads framed responses on one connection."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, client_id: str = "wire-test") -> None:
         self.stream = stream
+        self.client_id = client_id
         self._frames = FrameDecoder(MAX_RESPONSE_BYTES)
         self._next_correlation = 1
         self._sent: dict[int, tuple[int, int]] = {}
 
     @classmethod
-    async def connect(cls, port: int, host: str = "127.0.0.1") -> WireClient:
-        return cls(await trio.open_tcp_stream(host, port))
+    async def connect(cls, port: int, host: str = "127.0.0.1", client_id: str = "wire-test"
+                      ) -> WireClient:
+        return cls(await trio.open_tcp_stream(host, port), client_id)
 
-    def encode(self, api_key: int, version: int, body: Any, client_id: str = "wire-test") -> bytes:
+    def encode(self, api_key: int, version: int, body: Any, client_id: str | None = None
+               ) -> bytes:
         correlation = self._next_correlation
         self._next_correlation += 1
         self._sent[correlation] = (api_key, version)
-        return encode_request(api_key, version, correlation, client_id, body)
+        return encode_request(api_key, version, correlation,
+                              self.client_id if client_id is None else client_id, body)
 
     async def send(self, api_key: int, version: int, body: Any) -> int:
         frame = self.encode(api_key, version, body)

@@ -355,6 +355,14 @@ class BrokerConfig:
     quota_window_num: int = setting(
         "quota.window.num", 11, "Number of quota sample windows.", validator=at_least(1),
         group="Quotas")
+    controller_quota_window_size_seconds: int = setting(
+        "controller.quota.window.size.seconds", 1,
+        "Length of one sample window of the controller mutation quota (KIP-599).",
+        validator=at_least(1), group="Quotas")
+    controller_quota_window_num: int = setting(
+        "controller.quota.window.num", 11,
+        "Number of sample windows of the controller mutation quota (KIP-599).",
+        validator=at_least(1), group="Quotas")
     shutdown_graceful_timeout_ms: int = _long(
         "shutdown.graceful.timeout.ms", 10000,
         "How long in-flight requests may finish at shutdown before they are cancelled.",

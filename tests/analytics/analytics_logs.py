@@ -153,10 +153,10 @@ def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
                     "response_action": "send", **stages, "total_ms": total}))
                 if stages["throttle_ms"]:
                     out.append(Emission(base + 1 + i * 0.7 + 0.01, "throttle_started", {
-                        **conn, "client_id": client_id, "quota_type": "request",
-                        "throttle_ms": 250.0}))
+                        **conn, "client_id": client_id, "user": "ANONYMOUS",
+                        "quota_type": "consumer_byte_rate", "throttle_ms": 250.0}))
                     out.append(Emission(base + 1 + i * 0.7 + 0.3, "throttle_ended", {
-                        **conn, "client_id": client_id}))
+                        **conn, "client_id": client_id, "user": "ANONYMOUS"}))
             if client_id == "producer-a":
                 out.append(Emission(base + 2, "connection_muted",
                                     {**conn, "reason": "memory", "inflight": 1}))

@@ -152,6 +152,9 @@ def test_throttled_clients(analysis: AnalysisResult, raw: list[dict[str, Any]]) 
         mine = [r for r in started if r["client_id"] == client]
         assert row["throttle_events"] == len(mine)
         assert row["throttle_event_ms"] == sum(r["throttle_ms"] for r in mine)
+        assert row["max_throttle_ms"] == max(r["throttle_ms"] for r in mine)
+        assert row["users"] == sorted({r["user"] for r in mine})
+        assert row["quota_types"] == sorted({r["quota_type"] for r in mine})
         throttled = [r for r in _requests(raw) if r["client_id"] == client and r["throttle_ms"]]
         assert row["throttled_requests"] == len(throttled)
         assert analysis.summary["throttled_clients"][client] == row["total_throttle_ms"]

@@ -94,10 +94,23 @@ def _refuse_connections(process: Any, port: int) -> None:
             sock.close()
 
 
+def _throttle_the_producer(port: int) -> None:
+    """A producer_byte_rate quota the producer's ~9 KB go over (windows of 1 s, 2 of them)."""
+    import trio
+    from kio.schema.errors import ErrorCode
+
+    from tests.server.test_client_quotas import alter
+
+    result = trio.run(alter, port, {"client-id": "e2e-producer"}, {"producer_byte_rate": 4000})
+    assert [code for code, _ in result] == [ErrorCode.none]
+
+
 def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Path) -> None:
     process = broker_process({"max.connections.per.ip": str(PER_IP_LIMIT),
                               "logging.file.max.bytes": "30000",
-                              "logging.file.backup.count": "50"})
+                              "logging.file.backup.count": "50",
+                              "quota.window.num": "2", "quota.window.size.seconds": "1"})
+    _throttle_the_producer(process.port)
     _drive_with_clients(process.bootstrap)
     _refuse_connections(process, process.port)
     time.sleep(1.2)  # at least one periodic metrics_snapshot with the broker busy
@@ -139,6 +152,15 @@ def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Pa
         r["request_bytes"] + r["response_bytes"] for r in produced)
     assert sum(r["request_bytes"] for r in produced if r["api"] == "Produce") \
         >= RECORDS * 200  # every record's value went through Produce requests
+
+    throttles = [r for r in raw if r["event"] == "throttle_started"]
+    assert throttles, "the producer should have been throttled"
+    assert {(r["client_id"], r["user"], r["quota_type"]) for r in throttles} == {
+        ("e2e-producer", "ANONYMOUS", "producer_byte_rate")}
+    assert summary["throttled_clients"] == {
+        "e2e-producer": max(sum(r["throttle_ms"] for r in throttles),
+                            sum(r["throttle_ms"] for r in raw if r["event"] == "request"
+                                and r["client_id"] == "e2e-producer"))}
 
     page = (out / "report.html").read_text()
     assert "per_ip_limit" in page and "e2e-producer" in page

@@ -363,18 +363,23 @@ def test_rate_over_elapsed_time_after_first_windows() -> None:
     for t in range(10):  # 10 per second for 10 seconds
         for _ in range(10):
             rate.record(t + 0.5)
-    assert rate.rate(10.0) == pytest.approx(10.0)
-    assert rate.rate(10.5) == pytest.approx(100 / 10.5)
+    # Kafka's windowSize: the first window began at 0.5; at 10.0 only 9 whole windows have
+    # passed, so one empty window is added (10.5 s); at 10.5, 10 whole windows (10 s).
+    assert rate.rate(10.0) == pytest.approx(100 / 10.5)
+    assert rate.rate(10.5) == pytest.approx(10.0)
 
 
 def test_rate_samples_expire_after_all_windows() -> None:
     rate = Rate(2, 3)
     for _ in range(12):
         rate.record(0.1)
-    assert rate.rate(1.0) == pytest.approx(3.0)  # 12 / (2 * 2)
-    rate.record(4.5)
-    assert rate.rate(5.9) == pytest.approx(13 / 5.9)
-    assert rate.rate(6.0) == pytest.approx(1 / 4.0)  # the t=0 window is gone
+    # 0.9 s into the first window, plus the two missing windows: 4.9 s
+    assert rate.rate(1.0) == pytest.approx(12 / 4.9)
+    rate.record(4.5)  # a new window begins at its first event
+    assert rate.rate(5.9) == pytest.approx(13 / 5.8)
+    # Kafka purges a window whose last event is num x window (6 s) old: the 0.1 one at 6.1
+    assert rate.rate(6.0) == pytest.approx(13 / 5.9)
+    assert rate.rate(6.1) == pytest.approx(1 / 5.6)
     assert rate.rate(11.0) == 0.0
 
 

@@ -380,7 +380,8 @@ def top_clients(events: DataFrame) -> DataFrame:
 
 
 def throttled_clients(events: DataFrame) -> DataFrame:
-    """Clients throttled by quotas: throttle events and their throttle time, per client id.
+    """Clients throttled by quotas: throttle events and their throttle time, per client id,
+    with the users (principal names) and the quota types (``producer_byte_rate``, ...) involved.
 
     One throttle shows twice: as a ``throttle_started`` event and as the ``throttle_ms`` of the
     request's line; ``total_throttle_ms`` takes the larger of the two sums, never their total.
@@ -390,6 +391,8 @@ def throttled_clients(events: DataFrame) -> DataFrame:
     started = (_of(events, "throttle_started").groupBy("client_id")
                .agg(F.count(F.lit(1)).alias("throttle_events"),
                     F.sum("throttle_ms").alias("throttle_event_ms"),
+                    F.max("throttle_ms").alias("max_throttle_ms"),
+                    F.sort_array(F.collect_set("user")).alias("users"),
                     F.sort_array(F.collect_set("quota_type")).alias("quota_types")))
     on_requests = (_of(events, "request").where(F.col("throttle_ms") > 0).groupBy("client_id")
                    .agg(F.count(F.lit(1)).alias("throttled_requests"),

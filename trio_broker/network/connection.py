@@ -197,6 +197,9 @@ class Connection:
             frame = await self._read_frame()
             if frame is None:
                 return "client", "end of stream"
+            if self._throttle_deadline > trio.current_time():
+                # Pipelining: a throttle began while this frame was being read (KIP-219).
+                await self._wait_until_readable()
             reserved, self._frame_reserved = self._frame_reserved, 0
             try:
                 decoded = decode_request(frame, supported)
@@ -226,6 +229,7 @@ class Connection:
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""
         muted_at: float | None = None
+        throttled = False
         while True:
             if len(self._pending) >= self._max_inflight:
                 if muted_at is None:
@@ -236,13 +240,18 @@ class Connection:
             if self._throttle_deadline > trio.current_time():
                 if muted_at is None:
                     muted_at = self._muted("throttle")
+                throttled = True
                 await trio.sleep_until(self._throttle_deadline)
                 continue
             break
+        if throttled and self._mute is None:  # pipelining has no mute state machine
+            emit("throttle_ended", client_id=self._last_client_id,
+                 user=self.info.principal.partition(":")[2])
         if self._mute is not None:
             if self._mute.state.name.startswith("MUTED_AND_THROTTLED"):
                 self._mute.handle(MuteEvent.THROTTLE_ENDED)
-                emit("throttle_ended", client_id=self._last_client_id)
+                emit("throttle_ended", client_id=self._last_client_id,
+                     user=self.info.principal.partition(":")[2])
             self._mute.maybe_unmute()
         if muted_at is not None:
             self._unmuted("ready", muted_at)
@@ -379,7 +388,9 @@ class Connection:
             self._throttle_deadline = max(self._throttle_deadline,
                                           trio.current_time() + slot.throttle_ms / 1000)
             emit("throttle_started", client_id=request.decoded.client_id or "",
-                 quota_type="request", throttle_ms=float(slot.throttle_ms))
+                 user=self.info.principal.partition(":")[2],
+                 quota_type=slot.throttle_quota or "request_percentage",
+                 throttle_ms=float(slot.throttle_ms))
         if self._mute is not None:
             try:
                 if slot.throttle_ms > 0:

@@ -32,64 +32,183 @@ class TooManyConnections(Exception):
         super().__init__(f"too many connections from {ip} (limit {limit})")
 
 
-class Rate:
-    """A windowed event rate, as Kafka's ``Rate`` over ``quota.window.num`` samples."""
+def to_ms(seconds: float) -> int:
+    """A clock reading in whole milliseconds, as Kafka's ``time.milliseconds()`` (rounded so
+    that float noise of the autojump clock never moves a reading across a millisecond)."""
+    return round(seconds * 1000)
+
+
+class _Sample:
+    """One window of a sampled stat (Kafka's ``SampledStat.Sample``)."""
+
+    __slots__ = ("start_ms", "last_event_ms", "value", "count")
+
+    def __init__(self, now_ms: int) -> None:
+        self.reset(now_ms)
+
+    def reset(self, now_ms: int) -> None:
+        self.start_ms = now_ms
+        self.last_event_ms = now_ms
+        self.value = 0.0
+        self.count = 0
+
+
+class SampledStat:
+    """Kafka's ``SampledStat``: ``num`` windows of ``window`` seconds (one extra is kept), a
+    window starting at its first event; :meth:`total` and :meth:`average` combine them."""
+
+    __slots__ = ("_window_ms", "_num", "_samples", "_current")
 
     def __init__(self, window_seconds: float, num_windows: int) -> None:
-        self._window = window_seconds
+        self._window_ms = max(round(window_seconds * 1000), 1)
         self._num = num_windows
-        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+        self._samples: list[_Sample] = []
+        self._current = 0
 
-    def _expire(self, now: float) -> None:
-        horizon = now - self._window * self._num
-        while self._samples and self._samples[0][0] <= horizon:
-            self._samples.popleft()
-
-    def unrecord(self, now: float) -> None:
-        """Take back the last recorded event (a refused connection is not counted)."""
-        if self._samples:
-            start, count = self._samples[-1]
-            if count > 1:
-                self._samples[-1] = (start, count - 1)
+    def record_ms(self, value: float, now_ms: int) -> None:
+        sample = self._current_sample(now_ms)
+        if now_ms - sample.start_ms >= self._window_ms:
+            # Kafka's advance: a ring of num + 1 samples (see purge below).
+            self._current = (self._current + 1) % (self._num + 1)
+            if self._current >= len(self._samples):
+                sample = _Sample(now_ms)
+                self._samples.append(sample)
             else:
-                self._samples.pop()
+                sample = self._samples[self._current]
+                sample.reset(now_ms)
+        sample.value += value
+        sample.count += 1
+        sample.last_event_ms = now_ms
+
+    def _current_sample(self, now_ms: int) -> _Sample:
+        if not self._samples:
+            self._samples.append(_Sample(now_ms))
+        return self._samples[self._current]
+
+    def purge(self, now_ms: int) -> None:
+        """Reset samples without events in the last ``num`` windows (samples overlapping the
+        monitored period are kept even if they started before it)."""
+        expire = self._num * self._window_ms
+        for sample in self._samples:
+            if now_ms - sample.last_event_ms >= expire:
+                sample.reset(now_ms)
+
+    def total(self, now_ms: int) -> float:
+        self.purge(now_ms)
+        return sum(sample.value for sample in self._samples)
+
+    def average(self, now_ms: int) -> float:
+        """Kafka's ``Avg``: the mean of the recorded values (0 when there is none)."""
+        self.purge(now_ms)
+        count = sum(sample.count for sample in self._samples)
+        return sum(sample.value for sample in self._samples) / count if count else 0.0
+
+    def oldest_start_ms(self, now_ms: int) -> int:
+        if not self._samples:
+            return now_ms
+        return min(sample.start_ms for sample in self._samples)
 
     @property
     def empty(self) -> bool:
-        return not self._samples
+        return all(sample.value == 0 for sample in self._samples)
 
-    def record(self, now: float) -> None:
-        start = now - (now % self._window)
-        if self._samples and self._samples[-1][0] == start:
-            self._samples[-1] = (start, self._samples[-1][1] + 1)
-        else:
-            self._samples.append((start, 1))
-        self._expire(now)
+
+class Rate:
+    """Kafka's ``Rate`` over a :class:`SampledStat` sum: events (or bytes, or percent-seconds)
+    per second over ``quota.window.num`` windows of ``quota.window.size.seconds``.
+
+    Times are trio clock readings in seconds, taken in whole milliseconds as Kafka does.
+    """
+
+    __slots__ = ("_stat", "_window_ms", "_num")
+
+    def __init__(self, window_seconds: float, num_windows: int) -> None:
+        self._stat = SampledStat(window_seconds, num_windows)
+        self._window_ms = max(round(window_seconds * 1000), 1)
+        self._num = num_windows
+
+    def record(self, now: float, value: float = 1.0) -> None:
+        self._stat.record_ms(value, to_ms(now))
+
+    def unrecord(self, now: float, value: float = 1.0) -> None:
+        """Take back a recorded value: Kafka records its negative."""
+        self._stat.record_ms(-value, to_ms(now))
+
+    @property
+    def empty(self) -> bool:
+        return self._stat.empty
+
+    def window_size_ms(self, now_ms: int) -> int:
+        """Kafka's ``Rate.windowSize``: time since the oldest sample began; while fewer than
+        ``num - 1`` whole windows have passed, the missing ones count as empty windows."""
+        self._stat.purge(now_ms)
+        elapsed = now_ms - self._stat.oldest_start_ms(now_ms)
+        full = elapsed // self._window_ms
+        if full < self._num - 1:
+            elapsed += (self._num - 1 - full) * self._window_ms
+        return max(elapsed, 1)
+
+    def total(self, now: float) -> float:
+        """What the windows still hold (the rate's numerator)."""
+        return self._stat.total(to_ms(now))
+
+    def rate_ms(self, now_ms: int) -> float:
+        total = self._stat.total(now_ms)
+        return total / (self.window_size_ms(now_ms) / 1000)
 
     def rate(self, now: float) -> float:
-        self._expire(now)
-        total = sum(count for _, count in self._samples)
-        if not self._samples:
-            return 0.0
-        # Kafka's Rate.windowSize: elapsed since the oldest sample, at least (num - 1) windows.
-        elapsed = max(now - self._samples[0][0], self._window * (self._num - 1))
-        return total / elapsed
+        return self.rate_ms(to_ms(now))
+
+    def throttle_ms(self, quota: float, now: float) -> int:
+        """Kafka's ``QuotaUtils.throttleTime`` when the rate exceeds ``quota``, else 0:
+        ``round((rate - quota) / quota * windowSize)``, the delay that brings the rate back
+        to the quota if nothing more is recorded."""
+        now_ms = to_ms(now)
+        current = self.rate_ms(now_ms)
+        if current <= quota:
+            return 0
+        if quota <= 0:
+            return 2**31 - 1
+        return round((current - quota) / quota * self.window_size_ms(now_ms))
 
     def throttle_seconds(self, quota: float, now: float) -> float:
-        """How long to wait before one more event keeps the rate within ``quota``.
-
-        Kafka's ``QuotaUtils.throttleTime``, capped at one window as the acceptor caps it.
-        """
-        current = self.rate(now)
-        if current <= quota:
+        """How long to wait before one more event keeps the rate within ``quota``, capped at
+        one window as Kafka's ConnectionQuotas caps it (at least 1 ms, so that a wait always
+        moves the clock and the acceptor never spins)."""
+        throttle = self.throttle_ms(quota, now)
+        if throttle <= 0:
             return 0.0
-        if quota <= 0:
-            return self._window
-        elapsed = max(now - self._samples[0][0], self._window * (self._num - 1))
-        # Whole milliseconds, at least one, as Kafka rounds its throttle times: a wait of a
-        # few femtoseconds would not move the clock and the acceptor would spin.
-        throttle_ms = max(round((current - quota) / quota * elapsed * 1000), 1)
-        return min(throttle_ms / 1000, self._window)
+        return min(max(throttle, 1), self._window_ms) / 1000
+
+
+class TokenBucket:
+    """Kafka's ``TokenBucket`` (KIP-599): ``quota`` tokens per second, at most ``num x window x
+    quota`` in the bucket; a recording takes tokens and may drive the bucket negative."""
+
+    __slots__ = ("_burst_seconds", "tokens", "_last_ms")
+
+    def __init__(self, window_seconds: float, num_windows: int) -> None:
+        self._burst_seconds = num_windows * window_seconds
+        self.tokens: float | None = None  # full on first use (Kafka refills from the epoch)
+        self._last_ms = 0
+
+    def _refill(self, quota: float, now_ms: int) -> None:
+        burst = self._burst_seconds * quota
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * (now_ms - self._last_ms) / 1000)
+        self._last_ms = now_ms
+
+    def measure(self, quota: float, now: float) -> float:
+        self._refill(quota, to_ms(now))
+        assert self.tokens is not None
+        return self.tokens
+
+    def record(self, quota: float, value: float, now: float) -> None:
+        self._refill(quota, to_ms(now))
+        assert self.tokens is not None
+        self.tokens = min(self._burst_seconds * quota, self.tokens - value)
 
 
 class ConnectionThrottled(Exception):

@@ -42,14 +42,17 @@ class ResponseSlot:
     payload: bytes = b""
     error: str = "NONE"
     throttle_ms: int = 0
+    #: The quota behind ``throttle_ms`` (its config key, e.g. ``producer_byte_rate``).
+    throttle_quota: str = ""
     close_reason: str = ""
 
     def complete(self, action: ResponseAction, payload: bytes = b"", *, error: str = "NONE",
-                 throttle_ms: int = 0, close_reason: str = "") -> None:
+                 throttle_ms: int = 0, throttle_quota: str = "", close_reason: str = "") -> None:
         self.action = action
         self.payload = payload
         self.error = error
         self.throttle_ms = throttle_ms
+        self.throttle_quota = throttle_quota
         self.close_reason = close_reason
         self.ready.set()
 

@@ -138,10 +138,14 @@ _EVENT_LIST = [
           "response (UNKNOWN_SERVER_ERROR), or the connection closed when there is none.",
           {**CONNECTION_FIELDS, "api": STRING, "correlation_id": LONG, "error": STRING,
            "detail": STRING, "traceback": STRING}, "error"),
-    _spec("throttle_started", "A connection is throttled (KIP-219).",
-          {**CONNECTION_FIELDS, "client_id": STRING, "quota_type": STRING, "throttle_ms": DOUBLE}),
+    _spec("throttle_started", "A response over a client quota was sent with throttle_time_ms "
+          "set; the connection reads nothing more until the throttle time has passed (KIP-219). "
+          "quota_type is the quota's key (producer_byte_rate, consumer_byte_rate, "
+          "request_percentage, controller_mutation_rate); user is the principal's name.",
+          {**CONNECTION_FIELDS, "client_id": STRING, "user": STRING, "quota_type": STRING,
+           "throttle_ms": DOUBLE}),
     _spec("throttle_ended", "A throttled connection may read again.",
-          {**CONNECTION_FIELDS, "client_id": STRING}),
+          {**CONNECTION_FIELDS, "client_id": STRING, "user": STRING}),
     # -- storage
     _spec("log_manager_opened", "The storage layer loaded its topics (after any recovery).",
           {"data_dir": STRING, "topics": LONG, "partitions": LONG, "clean_shutdown": BOOLEAN,

@@ -125,6 +125,10 @@ class BrokerMetrics:
         self._per_version: dict[tuple[str, int], Any] = {}
         self._per_error: dict[tuple[str, str], Any] = {}
 
+    def watch_quotas(self, managers: Any) -> None:
+        """Serve the per-client quota metrics of ``managers`` (a ``QuotaManagers``)."""
+        self.registry.register(_QuotaCollector(managers))
+
     def read_idle_ratio(self) -> float:
         return self.idle.idle_ratio()
 
@@ -152,3 +156,52 @@ class BrokerMetrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+#: Per quota type: Kafka's metric group and the name of its quota metric (``byte-rate``, ...).
+_QUOTA_METRICS = {
+    "producer_byte_rate": ("produce", "byte_rate", "Bytes produced per second (byte-rate)"),
+    "consumer_byte_rate": ("fetch", "byte_rate", "Bytes fetched per second (byte-rate)"),
+    "request_percentage": ("request", "request_time",
+                           "Handler time as a percentage of one handler (request-time)"),
+    "controller_mutation_rate": ("controllermutation", "mutation_rate",
+                                 "Partition mutations per second (mutation-rate)"),
+}
+
+
+class _QuotaCollector:
+    """Kafka's per-(user, client-id) quota metrics, read from the quota sensors at scrape time:
+    ``kafka_server_<type>_<metric>{user, client_id}`` for each sensor (an empty label is the
+    part of the entity a quota does not distinguish, as Kafka's empty tag)."""
+
+    def __init__(self, managers: Any) -> None:
+        self._managers = managers
+        self._last_now = 0.0
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from ..network.quotas import to_ms
+
+        try:
+            now = trio.current_time()
+            self._last_now = now
+        except RuntimeError:  # scraped outside the broker's run loop
+            now = self._last_now
+        now_ms = to_ms(now)
+        for manager in self._managers:
+            group, name, doc = _QUOTA_METRICS[manager.key]
+            value = GaugeMetricFamily(f"kafka_server_{group}_{name}", doc,
+                                      labels=["user", "client_id"])
+            throttle = GaugeMetricFamily(
+                f"kafka_server_{group}_throttle_time",
+                "Average throttle time in ms of throttled responses (throttle-time)",
+                labels=["user", "client_id"])
+            for (user, client_id), sensors in list(manager.sensors.items()):
+                value.add_metric([user, client_id], sensors.rate.rate_ms(now_ms))
+                throttle.add_metric([user, client_id], sensors.throttle_time.average(now_ms))
+            yield value
+            yield throttle

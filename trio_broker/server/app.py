@@ -111,7 +111,8 @@ class BrokerApp:
              ignored_config_keys=",".join(config.ignored_keys))
         cluster_id = await trio.to_thread.run_sync(load_or_create_cluster_id, config)
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
-        client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas)
+        client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas, config)
+        self.metrics.watch_quotas(client_quotas.managers)
         await trio.to_thread.run_sync(client_quotas.load)
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -73,10 +74,42 @@ class RequestContext:
     broker: Broker
     #: Set by a handler that throttles the client (KIP-219), in milliseconds.
     throttle_ms: int = 0
+    #: The quota type (its config key, e.g. ``producer_byte_rate``) behind ``throttle_ms``.
+    throttle_quota: str = ""
+    #: Size of the request frame in bytes (what producer_byte_rate counts).
+    size: int = 0
+    #: When a handler task took the request, and when the handler returned or parked it
+    #: (``time.perf_counter_ns``): the handler time request_percentage counts.
+    dequeue_ns: int = 0
+    local_complete_ns: int = 0
+    #: Whether the handler time has been charged to request_percentage already.
+    request_quota_recorded: bool = False
 
     @property
     def api_version(self) -> int:
         return self.request.api_version
+
+    @property
+    def client_id(self) -> str:
+        return self.request.client_id or ""
+
+    @property
+    def user(self) -> str:
+        """The quota user: the principal's name (``ANONYMOUS`` until authentication exists)."""
+        principal = self.connection.principal
+        return principal.partition(":")[2] if principal.startswith("User:") else principal
+
+    def throttle(self, throttle_ms: int, quota_type: str, *, wins_ties: bool = False) -> None:
+        """Throttle the response for a quota; the longest throttle wins. Kafka names the
+        request quota on a tie with a byte-rate or mutation quota (``wins_ties``)."""
+        if throttle_ms > self.throttle_ms or (wins_ties and throttle_ms == self.throttle_ms > 0):
+            self.throttle_ms = throttle_ms
+            self.throttle_quota = quota_type
+
+    def handler_nanos(self) -> int:
+        """Handler time so far, or until the handler parked the request."""
+        end = self.local_complete_ns or time.perf_counter_ns()
+        return max(end - self.dequeue_ns, 0) if self.dequeue_ns else 0
 
     def park(self, wait: Callable[[], Awaitable[Any]]) -> Parked:
         """Answer later: see :class:`Parked`."""

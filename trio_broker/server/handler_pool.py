@@ -8,6 +8,8 @@ Kafka's delayed operations free the handler thread.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -21,6 +23,7 @@ from ..protocol.codec import encode_response, frame_response
 from ..protocol.error_response import error_response
 from ..protocol.errors import response_error
 from .context import NO_RESPONSE, CloseConnection, EncodedBody, Parked, RequestContext
+from .quota_manager import REQUEST
 from .registry import handlers
 
 if TYPE_CHECKING:
@@ -66,7 +69,8 @@ class RequestHandlerPool:
     async def handle(self, request: Request) -> None:
         request.dequeue_ns = time.perf_counter_ns()
         decoded = request.decoded
-        ctx = RequestContext(decoded, request.connection, self.broker)
+        ctx = RequestContext(decoded, request.connection, self.broker, size=request.size,
+                             dequeue_ns=request.dequeue_ns)
         handler = self._handlers[decoded.api_key]
         with for_connection(request.connection):
             await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
@@ -81,11 +85,11 @@ class RequestHandlerPool:
         try:
             result = await produce()
             if isinstance(result, Parked):
-                request.local_complete_ns = time.perf_counter_ns()
+                request.local_complete_ns = ctx.local_complete_ns = time.perf_counter_ns()
                 # The task inherits this task's context, so its events keep the bound fields.
                 self.broker.purgatory.start_soon(self._answer, request, ctx, result.wait)
                 return
-            self.complete(request, ctx, result)
+            self.complete(request, ctx, self._apply_quotas(ctx, result))
         except CloseConnection as close:
             self.complete(request, ctx, None, close_reason=close.reason)
         except Exception as exc:
@@ -117,32 +121,61 @@ class RequestHandlerPool:
         else:
             self._finish(request, ResponseAction.SEND, framed, error="UNKNOWN_SERVER_ERROR")
 
+    def _apply_quotas(self, ctx: RequestContext, body: Any) -> Any:
+        """Kafka's ``sendResponseMaybeThrottle``: charge the handler time to the client's
+        request_percentage quota, and put the longest throttle any quota asked for into the
+        response's ``throttle_time_ms`` (the connection then mutes itself for that long).
+
+        Exempt, as in Kafka: the control plane, acks=0 produce (no response), and ApiVersions
+        (answered pre-encoded, with no throttle field to fill)."""
+        quotas = self.broker.client_quotas
+        if quotas is None:
+            return body
+        managers = quotas.managers
+        exempt = (ctx.connection.control_plane or body is NO_RESPONSE
+                  or isinstance(body, EncodedBody))
+        if managers.request.enabled and not exempt:
+            ctx.throttle(managers.record_request_time(ctx), REQUEST, wins_ties=True)
+        if ctx.throttle_ms <= 0:
+            return body
+        managers.throttled(ctx)
+        if body is NO_RESPONSE or isinstance(body, EncodedBody) or body is None:
+            return body
+        current = getattr(body, "throttle_time", None)
+        wanted = datetime.timedelta(milliseconds=ctx.throttle_ms)
+        if current is not None and current != wanted:
+            body = dataclasses.replace(body, throttle_time=wanted)
+        return body
+
     def complete(self, request: Request, ctx: RequestContext, body: Any, *,
                  close_reason: str = "") -> None:
         """Hand the response to the connection: Send, NoOp or CloseConnection."""
         if close_reason:
             self._finish(request, ResponseAction.CLOSE, close_reason=close_reason)
         elif body is NO_RESPONSE:
-            self._finish(request, ResponseAction.NOOP, throttle_ms=ctx.throttle_ms)
+            self._finish(request, ResponseAction.NOOP, throttle_ms=ctx.throttle_ms,
+                         throttle_quota=ctx.throttle_quota)
         elif isinstance(body, EncodedBody):
             # ApiVersions is the only pre-encoded answer, and it always uses header v0.
             self._finish(request, ResponseAction.SEND,
                          frame_response(request.decoded, body.payload, False),
-                         error=body.error, throttle_ms=ctx.throttle_ms)
+                         error=body.error, throttle_ms=ctx.throttle_ms,
+                         throttle_quota=ctx.throttle_quota)
         else:
             # Encoded before anything is recorded: a body that cannot be encoded is a failure.
             framed = encode_response(request.decoded, body)
             self._finish(request, ResponseAction.SEND, framed, error=response_error(body),
-                         throttle_ms=ctx.throttle_ms)
+                         throttle_ms=ctx.throttle_ms, throttle_quota=ctx.throttle_quota)
 
     def _finish(self, request: Request, action: ResponseAction, payload: bytes = b"", *,
-                error: str = "NONE", throttle_ms: int = 0, close_reason: str = "") -> None:
+                error: str = "NONE", throttle_ms: int = 0, throttle_quota: str = "",
+                close_reason: str = "") -> None:
         now = time.perf_counter_ns()
         if not request.local_complete_ns:
             request.local_complete_ns = now
         request.response_complete_ns = now
         request.slot.complete(action, payload, error=error, throttle_ms=throttle_ms,
-                              close_reason=close_reason)
+                              throttle_quota=throttle_quota, close_reason=close_reason)
         self.server.memory_pool.release(request.reserved)
         request.reserved = 0
         owner = request.owner

@@ -117,3 +117,17 @@ def duplicates(names: Any) -> set[Any]:
     for name in names:
         (repeated if name in seen else seen).add(name)
     return repeated
+
+
+#: ``Errors.THROTTLING_QUOTA_EXCEEDED.message()`` (KIP-599).
+THROTTLING_QUOTA_EXCEEDED = "The throttling quota has been exceeded."
+
+
+def controller_mutation_quota(ctx: Any, strict_since: int) -> Any:
+    """The request's controller mutation quota (unlimited when the broker has no quotas)."""
+    from ..quota_manager import ControllerMutationQuota
+
+    quotas = ctx.broker.client_quotas
+    if quotas is None:
+        return ControllerMutationQuota(None, ctx.user, ctx.client_id, strict=False)
+    return quotas.managers.mutation_quota(ctx, strict_since)

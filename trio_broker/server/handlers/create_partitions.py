@@ -7,12 +7,24 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..context import RequestContext
+from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
-from ._admin import NO_STORAGE, build, duplicates, error_of, response_module, throttle
+from ._admin import (
+    NO_STORAGE,
+    THROTTLING_QUOTA_EXCEEDED,
+    build,
+    controller_mutation_quota,
+    duplicates,
+    error_of,
+    response_module,
+    throttle,
+)
 
 CREATE_PARTITIONS = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
+#: KIP-599: from this version a topic over the controller mutation quota is refused.
+STRICT_QUOTA_SINCE = 3
 
 
 def _problem(ctx: RequestContext, topic: Any, current: int) -> tuple[ErrorCode, str] | None:
@@ -46,6 +58,7 @@ async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
     repeated = duplicates(t.name for t in body.topics)
     results = []
     reported: set[str] = set()
+    mutations = controller_mutation_quota(ctx, STRICT_QUOTA_SINCE)
     for topic in body.topics:
         name = topic.name
         code, message = ErrorCode.none, None
@@ -65,6 +78,8 @@ async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
                 problem = _problem(ctx, topic, info.num_partitions)
                 if problem is not None:
                     code, message = problem
+                elif not mutations.record(int(topic.count) - info.num_partitions):
+                    code, message = ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED
                 else:
                     try:
                         lm.create_partitions(name, int(topic.count),
@@ -73,5 +88,6 @@ async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
                         code, message = error_of(exc)
         results.append(build(module.CreatePartitionsTopicResult, name=name, error_code=code,
                              error_message=message))
+    ctx.throttle(mutations.throttle_time(), CONTROLLER_MUTATION)
     return build(module.CreatePartitionsResponse, throttle_time=throttle(ctx),
                  results=tuple(results))

@@ -11,10 +11,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..context import RequestContext
+from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
 from ._admin import (
     NO_STORAGE,
+    THROTTLING_QUOTA_EXCEEDED,
     build,
+    controller_mutation_quota,
     duplicates,
     error_of,
     response_module,
@@ -26,6 +29,8 @@ from .describe_configs import config_source_code
 CREATE_TOPICS = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
+#: KIP-599: from this version a topic over the controller mutation quota is refused.
+STRICT_QUOTA_SINCE = 6
 
 
 class _Refused(Exception):
@@ -108,6 +113,7 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
     repeated = duplicates(t.name for t in body.topics)
     results: list[Any] = []
     reported: set[str] = set()
+    mutations = controller_mutation_quota(ctx, STRICT_QUOTA_SINCE)
 
     def result(name: str, code: ErrorCode, message: str | None, info: Any = None) -> Any:
         fields: dict[str, Any] = {"name": name, "error_code": code, "error_message": message,
@@ -149,6 +155,10 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
         except _Refused as refused:
             results.append(result(name, refused.code, refused.message))
             continue
+        if not mutations.record(count):
+            results.append(result(name, ErrorCode.throttling_quota_exceeded,
+                                  THROTTLING_QUOTA_EXCEEDED))
+            continue
         try:
             info = lm.create_topic(name, count, configs, validate_only=bool(body.validate_only))
         except Exception as exc:  # StorageError: its code; anything else: UNKNOWN_SERVER_ERROR
@@ -157,6 +167,7 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
             continue
         results.append(result(name, ErrorCode.none, None, info))
 
+    ctx.throttle(mutations.throttle_time(), CONTROLLER_MUTATION)
     return build(module.CreateTopicsResponse, throttle_time=throttle(ctx), topics=tuple(results))
 
 

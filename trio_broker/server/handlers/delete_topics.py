@@ -8,10 +8,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..context import RequestContext
+from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
 from ._admin import (
     NO_STORAGE,
+    THROTTLING_QUOTA_EXCEEDED,
     build,
+    controller_mutation_quota,
     duplicates,
     error_of,
     is_internal_topic,
@@ -22,6 +25,8 @@ from ._admin import (
 DELETE_TOPICS = 20
 MIN_VERSION = 1
 MAX_VERSION = 6
+#: KIP-599: from this version a topic over the controller mutation quota is refused.
+STRICT_QUOTA_SINCE = 5
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -40,6 +45,7 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
     targets = _targets(body)
     repeated = duplicates(name if topic_id is None else topic_id for name, topic_id in targets)
     results = []
+    mutations = controller_mutation_quota(ctx, STRICT_QUOTA_SINCE)
     for name, topic_id in targets:
         code, message = ErrorCode.none, None
         if name is not None and topic_id is not None:
@@ -71,6 +77,9 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                     # Deleting the group coordinator's log would break every group.
                     code, message = ErrorCode.invalid_topic_exception, \
                         f"Internal topic {name} cannot be deleted."
+                elif not mutations.record(info.num_partitions):
+                    topic_id = info.topic_id
+                    code, message = ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED
                 else:
                     topic_id = info.topic_id
                     try:
@@ -79,5 +88,6 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                         code, message = error_of(exc)
         results.append(build(module.DeletableTopicResult, name=name, topic_id=topic_id,
                              error_code=code, error_message=message))
+    ctx.throttle(mutations.throttle_time(), CONTROLLER_MUTATION)
     return build(module.DeleteTopicsResponse, throttle_time=throttle(ctx),
                  responses=tuple(results))

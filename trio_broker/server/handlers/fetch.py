@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
+from ...protocol.codec import encode_body
 from ..context import RequestContext
+from ..quota_manager import FETCH as FETCH_QUOTA
+from ..quota_manager import REQUEST, QuotaManagers
 from ..registry import api_handler
 from ._admin import build, error_of, response_module, throttle
 
@@ -26,10 +30,11 @@ MAX_VERSION = 12
 READ_COMMITTED = 1
 
 
-def _read_all(ctx: RequestContext, body: Any, module: Any) -> tuple[Any, int, bool]:
+def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int
+              ) -> tuple[Any, int, bool]:
     """Read every requested partition now: ``(topic responses, bytes, any error)``."""
     lm = ctx.broker.log_manager
-    remaining = int(body.max_bytes)
+    remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
     aborted: tuple[Any, ...] | None = () if read_committed else None
     total = 0
@@ -74,16 +79,29 @@ def _read_all(ctx: RequestContext, body: Any, module: Any) -> tuple[Any, int, bo
 async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     """Answer at once when min_bytes is met, a partition failed, or max_wait is 0; else park."""
     module = response_module(FETCH, ctx.api_version)
+    quotas = ctx.broker.client_quotas
 
     def respond(topics: Any, code: ErrorCode = ErrorCode.none) -> Any:
-        return build(module.FetchResponse, throttle_time=throttle(ctx), error_code=code,
-                     session_id=0, responses=topics)
+        response = build(module.FetchResponse, throttle_time=throttle(ctx), error_code=code,
+                         session_id=0, responses=topics)
+        if quotas is not None and _throttled(ctx, quotas.managers, response):
+            # Kafka answers a throttled fetch with no data (the bytes stay unread and are
+            # not charged), so the client backs off and fetches them after the throttle.
+            response = build(module.FetchResponse, throttle_time=throttle(ctx),
+                             error_code=ErrorCode.none, session_id=0, responses=())
+        return response
 
     session_id = int(getattr(body, "session_id", 0))
     if session_id != 0:
         return respond((), ErrorCode.fetch_session_id_not_found)
-    topics, total, errors = _read_all(ctx, body, module)
-    min_bytes = int(body.min_bytes)
+    max_bytes = int(body.max_bytes)
+    if quotas is not None:
+        # Kafka caps a consumer's fetch at what its quota allows in num - 1 windows: asking for
+        # more would be throttled for sure, and the consumer might never make progress.
+        window_bytes = quotas.managers.fetch.max_value_in_window(ctx.user, ctx.client_id)
+        max_bytes = int(min(max_bytes, window_bytes))
+    topics, total, errors = _read_all(ctx, body, module, max_bytes)
+    min_bytes = min(int(body.min_bytes), max_bytes)
     max_wait_s = body.max_wait.total_seconds()
     if total >= min_bytes or errors or max_wait_s <= 0 or not body.topics:
         return respond(topics)
@@ -97,9 +115,31 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         with purgatory.delay(max_wait_s):
             while True:
                 await lm.wait_for_data(keys)
-                topics, got, failed = _read_all(ctx, body, module)
+                topics, got, failed = _read_all(ctx, body, module, max_bytes)
                 if got >= min_bytes or failed:
                     return respond(topics)
-        return respond(_read_all(ctx, body, module)[0])
+        return respond(_read_all(ctx, body, module, max_bytes)[0])
 
     return ctx.park(wait)
+
+
+def _throttled(ctx: RequestContext, managers: QuotaManagers, response: Any) -> bool:
+    """Kafka's fetch quotas: the request time and the response's size are charged; when
+    either quota throttles, the size is taken back and True is returned."""
+    if not (managers.request.enabled or managers.fetch.enabled):
+        return False
+    request_ms = managers.record_request_time(ctx)
+    fetch_ms = 0
+    size = 0
+    now = trio.current_time()
+    if managers.fetch.enabled:
+        # Kafka counts the whole response (FetchResponse.sizeOf), not only the records.
+        size = len(encode_body(response))
+        fetch_ms = managers.fetch.record(ctx.user, ctx.client_id, float(size), now)
+    if max(request_ms, fetch_ms) <= 0:
+        return False
+    if size:
+        managers.fetch.unrecord(ctx.user, ctx.client_id, float(size), now)
+    ctx.throttle(fetch_ms, FETCH_QUOTA)
+    ctx.throttle(request_ms, REQUEST, wins_ties=True)
+    return True

@@ -93,6 +93,10 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                 record_errors=(), error_message=message))
         topics.append(build(module.TopicProduceResponse, name=name,
                             partition_responses=tuple(partitions)))
+    quotas = ctx.broker.client_quotas
+    if quotas is not None:
+        # Kafka charges the whole request once it is appended; the data is never dropped.
+        quotas.managers.record_produce(ctx)
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce request failed on at least one partition")
