@@ -16,9 +16,11 @@ import functools
 import io
 import json
 import math
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -466,3 +468,26 @@ class TestUserAndClientEntities:
         assert await quotas(bootstrap, "--describe", "--client", "app") == (
             0, ["Quota configs for client-id 'app' are producer_byte_rate=10.0"], "")
 
+
+    def test_example_caps_a_producer(self, broker_process: Any) -> None:
+        """examples/quotas.py: 2 MB at a 400 KiB/s producer_byte_rate takes about 5 s (Kafka's
+        throttle spreads it out; accepted within a factor of 2) and librdkafka reports throttle
+        events. Two 1 s windows (``quota.window.num=2``) so the Rate's warm-up is 1 s, not 10."""
+        process = broker_process({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+        example = Path(__file__).resolve().parents[1] / "examples" / "quotas.py"
+        done = subprocess.run(
+            [sys.executable, str(example), "--bootstrap", process.bootstrap, "--client-id",
+             "capped", "--rate", "409600", "--megabytes", "2"],
+            capture_output=True, text=True, timeout=90, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "  Completed updating config for client capped." in done.stdout.splitlines()
+        produced = re.search(r"produced (\d+) bytes in ([\d.]+) s", done.stdout)
+        throttled = re.search(r"throttle events: (\d+)", done.stdout)
+        assert produced and throttled, done.stdout
+        expected = int(produced.group(1)) / 409600
+        assert expected / 2 <= float(produced.group(2)) <= expected * 2, done.stdout
+        assert int(throttled.group(1)) >= 1
+        # the example removes its quota again
+        described = run_command("--bootstrap-server", process.bootstrap, "--describe",
+                                "--client", "capped")
+        assert (described.returncode, described.stdout) == (0, "")
