@@ -134,8 +134,6 @@ class _EntityName(argparse.Action):
         namespace.entity_specs = [*(namespace.entity_specs or []), name]
         if self.const is None:
             namespace.entity_name = [*(namespace.entity_name or []), name]
-        else:
-            namespace.entity_default = True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--user-defaults", action="store_true", help="The config defaults for all users.")
     add("--ip", action="append", metavar="IP", help="The IP address.")
     add("--ip-defaults", action="store_true", help="The config defaults for all IPs.")
-    parser.set_defaults(entity_specs=None, entity_name=None, entity_default=False)
+    parser.set_defaults(entity_specs=None, entity_name=None)
     return parser
 
 
