@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import math
 import re
 import socket
@@ -259,12 +258,9 @@ async def test_ip_quotas_alter_describe_delete(broker: Any) -> None:
     assert code == 0 and sorted(lines) == [
         "Quota configs for ip '10.1.2.3' are connection_creation_rate=25.0",
         "Quota configs for ip '10.1.2.4' are connection_creation_rate=2.0E7"]
-    # an existing entity changes in place; the broker persists it
+    # an existing entity changes in place
     assert (await quotas(bootstrap, "--alter", "--ip", "10.1.2.3", "--add-config",
                          "connection_creation_rate=[30]"))[0] == 0
-    saved = json.loads((broker.data_dir / "client-quotas.json").read_text())
-    assert {e["ip"]: e["connection_creation_rate"] for e in saved} == {
-        "10.1.2.3": 30.0, "10.1.2.4": 2e7}
 
     assert await quotas(bootstrap, "--alter", "--ip", "10.1.2.4", "--delete-config",
                         "connection_creation_rate") == (
@@ -344,6 +340,8 @@ def test_installed_command_against_a_broker_process(broker_process: Any) -> None
     described = run_command(*server, "--describe", "--entity-type", "ips")
     assert (described.returncode, described.stdout) == (
         0, "Quota configs for ip '127.0.0.5' are connection_creation_rate=7.0\n")
+    process.restart()  # the broker keeps its quotas
+    assert run_command(*server, "--describe", "--ip", "127.0.0.5").stdout == described.stdout
     refused = run_command(*server, "--describe", "--entity-type", "brokers")
     assert refused.returncode == 1 and refused.stdout == ""
     assert "Invalid entity type brokers" in refused.stderr
@@ -464,7 +462,7 @@ class TestUserAndClientEntities:
                                         "producer_byte_rate=1.5")
         assert (code, lines) == (1, [])
         assert err.splitlines()[1] == (
-            "INVALID_REQUEST: Configuration producer_byte_rate must be a Long value")
+            "INVALID_REQUEST: producer_byte_rate cannot be a fractional value.")
         assert await quotas(bootstrap, "--describe", "--client", "app") == (
             0, ["Quota configs for client-id 'app' are producer_byte_rate=10.0"], "")
 
