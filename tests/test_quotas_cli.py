@@ -5,9 +5,10 @@ Three groups:
 * pure unit tests of option parsing, Kafka's checks and messages, and the output format;
 * ``ip`` entities end to end (what the broker supports on its own): an in-process broker on a real
   socket, the command run in a worker thread, plus the installed command as a subprocess;
-* ``user`` / ``client-id`` / ``<user, client-id>`` entities end to end (:class:`TestUserAndClient
-  Entities`), written against Kafka's behaviour: they need the broker side of issue 10
-  (user/client-id entities in AlterClientQuotas/DescribeClientQuotas).
+* ``user`` / ``client-id`` / ``<user, client-id>`` entities end to end, and examples/quotas.py
+  (class ``TestUserAndClientEntities``), written against Kafka's behaviour: they need the broker
+  side of issue 10 (user/client-id entities in AlterClientQuotas/DescribeClientQuotas, client
+  quotas enforced).
 """
 
 from __future__ import annotations
