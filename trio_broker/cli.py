@@ -1,4 +1,5 @@
-"""The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, print the ``config`` docs."""
+"""The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
+print the ``config`` docs."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "analyze", add_help=False,
         help="run the PySpark analytics over broker logs (trio_broker analyze --help)")
+    commands.add_parser(
+        "quotas", add_help=False,
+        help="describe or alter client quotas of a running broker, with kafka-configs.sh's "
+             "options (trio_broker quotas --help)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -64,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .analytics.cli import main as analyze_main
 
         return analyze_main(args_list[1:])
+    if args_list[:1] == ["quotas"]:
+        from .tools.quotas import main as quotas_main
+
+        return quotas_main(args_list[1:])
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":

@@ -1,0 +1,166 @@
+"""A small blocking admin client: one plain socket, ApiVersions negotiation, request/response.
+
+Kafka's tools use the Java AdminClient; ours need one connection to one broker of the
+``--bootstrap-server`` list, so a blocking socket is enough (no event loop, no threads).
+Requests are kio message bodies encoded with the project's codec.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+from types import ModuleType
+from typing import Any
+
+from kio.index import UnknownEntity, load_request_schema
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
+
+from .. import __version__
+from ..protocol.codec import API_VERSIONS_KEY, decode_response, encode_request
+from ..protocol.framing import FrameDecoder
+
+#: What this client sends as its KIP-511 software name (letters, digits, '-' and '.').
+CLIENT_SOFTWARE_NAME = "trio-broker-tools"
+_API_VERSIONS_VERSION = 3
+_MAX_RESPONSE_BYTES = 100 * 1024 * 1024
+
+
+class AdminClientError(Exception):
+    """The broker could not be reached or answered something this client cannot use."""
+
+
+class UnsupportedVersion(AdminClientError):
+    """The broker does not support an API (or no version this client can encode)."""
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port]`` (IPv6 hosts in brackets) as ``[(host, port)]``.
+
+    Raises :class:`ValueError` naming the first entry that is not ``host:port``.
+    """
+    endpoints = []
+    for item in servers.split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"Invalid url in bootstrap.servers: {entry}")
+        endpoints.append((host.strip("[]"), int(port)))
+    if not endpoints:
+        raise ValueError("No resolvable bootstrap urls given in bootstrap.servers")
+    return endpoints
+
+
+def client_versions(api_key: int) -> tuple[int, int]:
+    """The versions of ``api_key`` this client can encode (those kio generates)."""
+    versions: list[int] = []
+    for version in range(0, 64):
+        try:
+            load_request_schema(api_key, version)
+        except UnknownEntity:
+            if versions:
+                break
+            continue
+        versions.append(version)
+    if not versions:
+        raise AdminClientError(f"no request schema for api key {api_key}")
+    return versions[0], versions[-1]
+
+
+def api_display_name(api_key: int) -> str:
+    """Kafka's ``ApiKeys`` constant name (``ALTER_CLIENT_QUOTAS``), as its errors print it."""
+    return api_key_map.get(api_key, f"UNKNOWN_{api_key}").upper()
+
+
+def request_module(api_key: int, api_version: int) -> ModuleType:
+    """The kio module of a request version (its body class and nested entity classes)."""
+    return sys.modules[load_request_schema(api_key, api_version).__module__]
+
+
+class AdminConnection:
+    """One connection to one broker. Use as a context manager; :meth:`connect` opens it."""
+
+    def __init__(self, sock: socket.socket, timeout: float, client_id: str) -> None:
+        self._sock = sock
+        self.client_id = client_id
+        self._timeout = timeout
+        self._frames = FrameDecoder(_MAX_RESPONSE_BYTES)
+        self._correlation = 0
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+
+    @classmethod
+    def connect(cls, bootstrap: str, *, timeout: float = 30.0,
+                client_id: str = "trio-broker-tools") -> AdminConnection:
+        """Connect to the first reachable broker of ``bootstrap`` and learn its API versions."""
+        errors = []
+        for host, port in parse_bootstrap(bootstrap):
+            try:
+                sock = socket.create_connection((host, port), timeout=timeout)
+            except OSError as exc:
+                errors.append(f"{host}:{port} ({exc.strerror or exc})")
+                continue
+            connection = cls(sock, timeout, client_id)
+            try:
+                connection._handshake()
+            except BaseException:
+                connection.close()
+                raise
+            return connection
+        raise AdminClientError("Connection could not be established to any of the bootstrap "
+                               f"servers: {', '.join(errors)}. Broker may not be available.")
+
+    def __enter__(self) -> AdminConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _handshake(self) -> None:
+        body = ApiVersionsRequest(client_software_name=CLIENT_SOFTWARE_NAME,
+                                  client_software_version=__version__)
+        response = self.send(API_VERSIONS_KEY, _API_VERSIONS_VERSION, body)
+        if response.error_code != ErrorCode.none:
+            raise AdminClientError(f"ApiVersions failed: {response.error_code.name.upper()}")
+        self.broker_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
+                                for k in response.api_keys}
+
+    def version_for(self, api_key: int) -> int:
+        """The highest version of ``api_key`` both this client and the broker support."""
+        broker = self.broker_versions.get(api_key)
+        ours = client_versions(api_key)
+        if broker is None or broker[0] > ours[1] or ours[0] > broker[1]:
+            raise UnsupportedVersion(
+                f"The broker does not support {api_display_name(api_key)}"
+                + (f" (broker v{broker[0]}-v{broker[1]}, client v{ours[0]}-v{ours[1]})"
+                   if broker is not None else ""))
+        return min(broker[1], ours[1])
+
+    def send(self, api_key: int, api_version: int, body: Any) -> Any:
+        """Send one request and return the decoded response body."""
+        self._correlation += 1
+        correlation = self._correlation
+        self._sock.sendall(encode_request(api_key, api_version, correlation, self.client_id, body))
+        payload = self._receive_frame()
+        (got,) = struct.unpack_from(">i", payload, 0)
+        if got != correlation:
+            raise AdminClientError(f"correlation id {got} in a response, expected {correlation}")
+        return decode_response(api_key, api_version, payload)[1]
+
+    def _receive_frame(self) -> bytes:
+        while (payload := self._frames.next_frame()) is None:
+            try:
+                data = self._sock.recv(65536)
+            except TimeoutError:
+                raise AdminClientError(
+                    f"Timed out waiting for a response after {self._timeout:g} s") from None
+            if not data:
+                raise AdminClientError("The broker closed the connection")
+            self._frames.feed(data)
+        return payload
