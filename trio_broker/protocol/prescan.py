@@ -149,8 +149,12 @@ def _length_prefixed(kind: str, compact: bool, wide: bool, nullable: bool, limit
 
     def scan(buf: bytes, pos: int, end: int, edits: list[Edit]) -> int:
         if compact:
-            length, pos = _uvarint(buf, pos, end)
-            length -= 1
+            if pos < end and buf[pos] < 0x80:  # one-byte length: most strings
+                length = buf[pos] - 1
+                pos += 1
+            else:
+                length, pos = _uvarint(buf, pos, end)
+                length -= 1
         else:
             if pos + header.size > end:
                 raise _Malformed(f"{kind} length needs {header.size} bytes, "
@@ -181,8 +185,12 @@ def _array(element: Compiled, compact: bool, nullable: bool) -> Scan:
 
     def scan(buf: bytes, pos: int, end: int, edits: list[Edit]) -> int:
         if compact:
-            count, pos = _uvarint(buf, pos, end)
-            count -= 1
+            if pos < end and buf[pos] < 0x80:
+                count = buf[pos] - 1
+                pos += 1
+            else:
+                count, pos = _uvarint(buf, pos, end)
+                count -= 1
         else:
             if pos + 4 > end:
                 raise _Malformed(f"array length needs 4 bytes, {max(end - pos, 0)} remain")
@@ -256,10 +264,10 @@ def _tagged_section(known: dict[int, tuple[str, Scan]]) -> Scan:
     """
 
     def scan(buf: bytes, pos: int, end: int, edits: list[Edit]) -> int:
+        if pos < end and buf[pos] == 0:  # no tagged fields: almost always
+            return pos + 1
         start = pos
         count, pos = _uvarint(buf, pos, end)
-        if count == 0:
-            return pos
         if count * 2 > end - pos:  # a tag and a size: one byte each at least
             raise _Malformed(f"{count} tagged fields need at least {count * 2} bytes, "
                              f"{end - pos} remain")
@@ -307,6 +315,7 @@ _SKIP_ALL_TAGS: Final = _tagged_section({})
 
 # ------------------------------------------------------------------------------- compiling
 _COMPILED: dict[tuple[type, bool], Compiled] = {}
+_BODY_SCANS: dict[type, Scan] = {}
 
 
 def compile_schema(schema: type, nullable: bool = False) -> Compiled:
@@ -387,7 +396,7 @@ def _compile_entity(schema: type, nullable: bool) -> Compiled:
         raise ValueError(f"{schema.__name__}: tagged fields on a non-flexible schema")
     if flexible:
         close_run()
-        steps.append((None, _tagged_section(known_tags)))
+        steps.append(("tagged_fields", _tagged_section(known_tags)))
         min_size += 1
     elif not steps:
         # All fields fixed: the struct is a fixed number of bytes (arrays of it skip in O(1)).
@@ -420,9 +429,12 @@ def scan_body(schema: type, frame: bytes, offset: int, api_key: int = -1,
     That is ``frame`` itself, or a copy without unknown tagged fields. Raises
     :class:`InvalidRequest` (``bad_body``) naming the field path and what was wrong.
     """
+    scan = _BODY_SCANS.get(schema)
+    if scan is None:
+        scan = _BODY_SCANS[schema] = compile_schema(schema).scan
     edits: list[Edit] = []
     try:
-        compile_schema(schema).scan(frame, offset, len(frame), edits)
+        scan(frame, offset, len(frame), edits)
     except _Malformed as exc:
         raise InvalidRequest("bad_body", exc.detail(), api_key, api_version) from None
     if edits:
