@@ -421,6 +421,155 @@ def _entity(steps: tuple[tuple[str | None, Scan], ...]) -> Scan:
     return scan
 
 
+# ------------------------------------------------------------------------------ fast path
+class _Slow(Exception):
+    """The generated fast check gives up: take the closures, which explain or strip tags."""
+
+
+def _fast_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    try:
+        return _uvarint(buf, pos, end)
+    except _Malformed:
+        raise _Slow from None
+
+
+class _Generator:
+    """Python source for one flat function per struct, for frames without tagged fields.
+
+    The fast check accepts only what the closures accept (a property the tests check on
+    mutated frames): it gives up (:class:`_Slow`) on any malformed length and on any tagged
+    field at all, and the closures then produce the precise error or the stripped frame.
+    """
+
+    def __init__(self) -> None:
+        self.functions: dict[tuple[type, bool], str] = {}
+        self.sources: list[str] = []
+
+    def entity(self, schema: type, nullable: bool = False) -> str:
+        key = (schema, nullable)
+        name = self.functions.get(key)
+        if name is not None:
+            return name
+        name = self.functions[key] = f"_s{len(self.functions)}"
+        lines = [f"def {name}(buf, pos, end):"]
+        if nullable:
+            inner = self.entity(schema)
+            lines += [
+                "    if pos >= end: raise _Slow",
+                "    marker = buf[pos]",
+                "    if marker == 0xFF: return pos + 1",
+                "    if marker >= 0x80: raise _Slow",
+                f"    return {inner}(buf, pos + 1, end)",
+            ]
+        else:
+            flexible = bool(schema.__flexible__)  # type: ignore[attr-defined]
+            run = 0
+            for field in dataclasses.fields(schema):
+                if get_field_tag(field) is not None:
+                    continue
+                size = self._fixed(field, flexible)
+                if size is not None:
+                    run += size
+                    continue
+                if run:
+                    lines += [f"    pos += {run}", "    if pos > end: raise _Slow"]
+                    run = 0
+                lines += self._field(field, flexible, "    ")
+            if run:
+                lines += [f"    pos += {run}", "    if pos > end: raise _Slow"]
+            if flexible:  # any tagged field at all: the closures handle it
+                lines += ["    if pos >= end or buf[pos]: raise _Slow", "    pos += 1"]
+            lines.append("    return pos")
+        self.sources.append("\n".join(lines))
+        return name
+
+    @staticmethod
+    def _fixed(field: dataclasses.Field[Any], flexible: bool) -> int | None:
+        return _compile_field(field, flexible, False).fixed
+
+    def _field(self, field: dataclasses.Field[Any], flexible: bool, ind: str) -> list[str]:
+        optional = is_optional(field)
+        field_class = classify_field(field)
+        match field_class:
+            case PrimitiveField():
+                return self._length_prefixed(get_schema_field_type(field), flexible, optional, ind)
+            case EntityField(entity):
+                return [f"{ind}pos = {self.entity(entity, optional)}(buf, pos, end)"]
+            case PrimitiveTupleField():
+                kafka_type = get_schema_field_type(field)
+                element = _compile_primitive(kafka_type, flexible, False)
+                body = (None if element.fixed is not None else
+                        self._length_prefixed(kafka_type, flexible, False, ind + "    "))
+                return self._array(element, body, flexible, optional, ind)
+            case EntityTupleField(entity):
+                compiled = compile_schema(entity)
+                body = (None if compiled.fixed is not None else
+                        [f"{ind}    pos = {self.entity(entity)}(buf, pos, end)"])
+                return self._array(compiled, body, flexible, optional, ind)
+            case _:  # pragma: no cover
+                assert_never(field_class)
+
+    @staticmethod
+    def _count(flexible: bool, wide: bool, ind: str) -> list[str]:
+        """Lines leaving a length in ``n`` (-1 for null) and ``pos`` after it."""
+        if flexible:
+            return [
+                f"{ind}if pos >= end: raise _Slow",
+                f"{ind}n = buf[pos]",
+                f"{ind}if n < 0x80: pos += 1",
+                f"{ind}else: n, pos = _fast_uvarint(buf, pos, end)",
+                f"{ind}n -= 1",
+            ]
+        width = 4 if wide else 2
+        return [
+            f"{ind}if pos + {width} > end: raise _Slow",
+            f"{ind}n = {'_INT32' if wide else '_INT16'}.unpack_from(buf, pos)[0]",
+            f"{ind}pos += {width}",
+        ]
+
+    def _length_prefixed(self, kafka_type: str, flexible: bool, nullable: bool,
+                         ind: str) -> list[str]:
+        wide = kafka_type != "string"
+        lines = self._count(flexible, wide, ind)
+        null = "-1 > n" if nullable else "0 > n"
+        lines.append(f"{ind}if {null}: raise _Slow")
+        if kafka_type == "string":
+            lines.append(f"{ind}if n > {MAX_STRING_LENGTH}: raise _Slow")
+        if nullable:
+            lines.append(f"{ind}if n > 0: pos += n")
+        else:
+            lines.append(f"{ind}pos += n")
+        lines.append(f"{ind}if pos > end: raise _Slow")
+        return lines
+
+    def _array(self, element: Compiled, body: list[str] | None, flexible: bool,
+               nullable: bool, ind: str) -> list[str]:
+        lines = self._count(flexible, True, ind)
+        lines.append(f"{ind}if {'-1 > n' if nullable else '0 > n'}: raise _Slow")
+        lines.append(f"{ind}if n * {element.min_size} > end - pos: raise _Slow")
+        if body is None:
+            lines.append(f"{ind}if n > 0: pos += n * {element.fixed}")
+        else:
+            lines.append(f"{ind}for _ in range(n):")
+            lines += body
+        return lines
+
+
+_FAST: dict[type, Callable[[bytes, int, int], int]] = {}
+
+
+def _fast_check(schema: type) -> Callable[[bytes, int, int], int]:
+    check = _FAST.get(schema)
+    if check is None:
+        generator = _Generator()
+        entry = generator.entity(schema)
+        namespace: dict[str, Any] = {"_Slow": _Slow, "_fast_uvarint": _fast_uvarint,
+                                     "_INT16": _INT16, "_INT32": _INT32}
+        exec("\n\n".join(generator.sources), namespace)  # noqa: S102 - our own generated code
+        check = _FAST[schema] = namespace[entry]
+    return check
+
+
 # ------------------------------------------------------------------------------ entry points
 def scan_body(schema: type, frame: bytes, offset: int, api_key: int = -1,
               api_version: int = -1) -> bytes:
@@ -429,6 +578,17 @@ def scan_body(schema: type, frame: bytes, offset: int, api_key: int = -1,
     That is ``frame`` itself, or a copy without unknown tagged fields. Raises
     :class:`InvalidRequest` (``bad_body``) naming the field path and what was wrong.
     """
+    try:
+        _fast_check(schema)(frame, offset, len(frame))
+        return frame
+    except Exception:  # noqa: S110 - any doubt: the closures decide, and explain
+        pass
+    return _scan_slow(schema, frame, offset, api_key, api_version)
+
+
+def _scan_slow(schema: type, frame: bytes, offset: int, api_key: int = -1,
+               api_version: int = -1) -> bytes:
+    """:func:`scan_body` by the closures alone (precise errors, unknown tags stripped)."""
     scan = _BODY_SCANS.get(schema)
     if scan is None:
         scan = _BODY_SCANS[schema] = compile_schema(schema).scan
