@@ -1,14 +1,20 @@
 """Microbenchmark: µs per ``decode_request`` and per pre-scan for typical client frames.
 
-``python -m bench.decode_micro [--repeat N]`` prints, per frame: the whole ``decode_request``,
-the pre-scan alone (``scan_body``) and kio's native body reader alone, best of 5 runs.
+``python -m bench.decode_micro [--repeat N] [--baseline CODEC_PY]`` prints, per frame: the whole
+``decode_request``, the pre-scan alone (``scan_body``) and kio's native body reader alone, the
+best of several runs. ``--baseline`` loads another ``codec.py`` (e.g. from
+``git show main~1:trio_broker/protocol/codec.py > /tmp/codec_before.py``) and times its
+``decode_request`` interleaved with ours, so that a loaded machine skews both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import timeit
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -66,16 +72,32 @@ def frames() -> dict[str, tuple[int, int, Any]]:
     }
 
 
-def _best_us(func: Any, number: int) -> float:
-    return min(timeit.repeat(func, number=number, repeat=5)) / number * 1e6
+def _best_us(funcs: list[Any], number: int, rounds: int = 7) -> list[float]:
+    """Best µs per call of each function, the functions timed in turn in every round."""
+    best = [float("inf")] * len(funcs)
+    for _ in range(rounds):
+        for index, func in enumerate(funcs):
+            best[index] = min(best[index], timeit.timeit(func, number=number) / number * 1e6)
+    return best
+
+
+def _load_baseline(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("_baseline_codec", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.decode_request
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=20000)
+    parser.add_argument("--baseline", help="another codec.py whose decode_request to compare")
     args = parser.parse_args()
     supported = supported_versions()
-    print(f"{'frame':34} {'bytes':>5} {'decode_request':>14} {'prescan':>8} {'kio body':>9}  (µs)")
+    baseline = _load_baseline(args.baseline) if args.baseline else None
+    print(f"{'frame':34} {'bytes':>5} {'baseline':>8} {'decode_request':>14} {'prescan':>8} "
+          f"{'kio body':>9}  (µs)")
     for label, (key, version, body) in frames().items():
         frame = encode_request(key, version, 7, "rdkafka", body)[4:]
         decoded = decode_request(frame, supported)
@@ -83,11 +105,19 @@ def main() -> None:
         schema = request_schema(key, version)
         offset = 2 + 2 + 4 + 2 + len("rdkafka") + (1 if schema.__flexible__ else 0)
         reader = entity_reader(schema)
-        whole = _best_us(lambda f=frame: decode_request(f, supported), args.repeat)
-        scan = (float("nan") if scan_body is None else
-                _best_us(lambda f=frame, s=schema, o=offset: scan_body(s, f, o), args.repeat))
-        native = _best_us(lambda f=frame, r=reader, o=offset: r(f, o), args.repeat)
-        print(f"{label:34} {len(frame):5} {whole:14.2f} {scan:8.2f} {native:9.2f}")
+        funcs: list[Callable[[], Any]] = [partial(decode_request, frame, supported),
+                                          partial(reader, frame, offset)]
+        if scan_body is not None:
+            funcs.append(partial(scan_body, schema, frame, offset))
+        if baseline is not None:
+            assert baseline(frame, supported).body == body, label
+            funcs.append(partial(baseline, frame, supported))
+        times = _best_us(funcs, args.repeat)
+        whole, native = times[0], times[1]
+        scan = times[2] if scan_body is not None else float("nan")
+        before = times[-1] if baseline is not None else float("nan")
+        print(f"{label:34} {len(frame):5} {before:8.2f} {whole:14.2f} {scan:8.2f} "
+              f"{native:9.2f}")
 
 
 if __name__ == "__main__":
