@@ -14,8 +14,12 @@ It also applies the rules of Kafka's generated readers that kio does not:
 * unknown tagged fields are skipped (Kafka keeps them as unknown fields); kio raises on them, so
   the scan reports their byte ranges and :func:`scan_body` returns the frame without them.
 
-A validator is compiled once per schema class into closures; fixed-size runs of fields collapse
-into one bounds check, and arrays of fixed-size elements are skipped in O(1).
+Validators are compiled once per schema class, in two tiers. The fast one is Python source
+generated per struct (one flat function each; fixed-size runs of fields collapse into one bounds
+check, arrays of fixed-size elements are skipped in O(1)); it handles frames without tagged
+fields and gives up on anything else. The closures then decide: they name the field path and
+what was wrong, and strip unknown tagged fields. Schema fields are classified with kio's own
+``classify_field``/``is_optional``, so both walk the schema exactly as kio's reader does.
 """
 
 from __future__ import annotations
