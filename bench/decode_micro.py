@@ -40,7 +40,7 @@ _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def frames() -> dict[str, tuple[int, int, Any]]:
-    """``{label: (api_key, version, body)}`` shaped like what librdkafka and the Java client send."""
+    """``{label: (api_key, version, body)}``, shaped like what librdkafka and Java clients send."""
     batch = build_batch([(b"key", b"x" * 100, [], 1_700_000_000_000)])
     return {
         "Produce v9 (1 batch, 1 record)": (0, 9, produce.ProduceRequest(

@@ -6,7 +6,7 @@ that sent the frame fails, names the frame, and shows the child's stderr; the ne
 fresh child.
 
 Protocol on the child's stdin/stdout: the parent writes ``<u32 count>`` then ``<u32 len><frame>``
-per frame; the child answers one line per frame: ``ok``, ``invalid <reason>`` or
+per frame; the child answers one line per frame: ``ok``, ``invalid <reason>\t<detail>`` or
 ``error <repr>`` (any other exception, which is a bug too).
 """
 
@@ -39,7 +39,7 @@ while True:
             decode_request(frame, supported)
             out = "ok"
         except InvalidRequest as exc:
-            out = "invalid " + exc.reason
+            out = "invalid " + exc.reason + "\t" + exc.detail.replace("\n", " ")
         except BaseException as exc:  # reported to the parent as a bug
             out = "error " + repr(exc).replace("\n", " ")
         # One flushed line per frame: if a frame kills the process, the parent knows which.
@@ -101,3 +101,20 @@ class DecodeWorker:
             if self._proc.stdout is not None:
                 self._proc.stdout.close()
             self._stderr.close()
+
+
+def outcome(worker: DecodeWorker, frame: bytes) -> tuple[str, str | None, str | None]:
+    """``("ok", None, None)``, ``("invalid", reason, detail)`` or ``("error", repr, None)``."""
+    (line,) = worker.decode([frame])
+    kind, _, rest = line.partition(" ")
+    if kind == "invalid":
+        reason, _, detail = rest.partition("\t")
+        return kind, reason, detail
+    return kind, rest or None, None
+
+
+def live(holder: list[DecodeWorker]) -> DecodeWorker:
+    """The holder's worker, restarted if an earlier frame killed it (that test failed)."""
+    if not holder[0].alive:
+        holder[0] = DecodeWorker()
+    return holder[0]

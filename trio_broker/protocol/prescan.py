@@ -147,7 +147,8 @@ def _fixed_run(names: tuple[str, ...], sizes: tuple[int, ...]) -> Scan:
     return scan
 
 
-def _length_prefixed(kind: str, compact: bool, wide: bool, nullable: bool, limit: int | None) -> Scan:
+def _length_prefixed(kind: str, compact: bool, wide: bool, nullable: bool,
+                     limit: int | None) -> Scan:
     """Strings, bytes and records: a length (int16, int32 or compact varint), then the bytes."""
     header = _INT32 if wide else _INT16
 
