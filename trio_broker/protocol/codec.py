@@ -8,6 +8,11 @@
 * ApiVersions is the exception: an unsupported ApiVersions version is answered (as v0, with
   UNSUPPORTED_VERSION) so that clients can learn what the broker speaks;
 * an unparseable body raises :class:`InvalidRequest` too.
+
+The header is parsed here (``struct``), with the client id decoded leniently as Kafka does. The
+body is first walked by :mod:`~trio_broker.protocol.prescan`, which checks every length against
+the bytes left in the frame, and only then read by kio's native reader: kio allocates what a
+length declares, so an unchecked length could abort the process.
 """
 
 from __future__ import annotations
@@ -27,11 +32,21 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from trio_broker.protocol.prescan import InvalidRequest, scan_body, skip_tagged_fields
+
 API_VERSIONS_KEY = 18
 # KIP-511's rule for client software names and versions (ApiVersionsRequest.isValid).
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _API_KEY_AND_VERSION = struct.Struct(">hh")
 _CORRELATION_ID = struct.Struct(">i")
+# Request header v1/v2: api key, api version, correlation id, client id length (then client id).
+_HEADER = struct.Struct(">hhih")
+
+__all__ = [
+    "API_VERSIONS_KEY", "DecodedRequest", "InvalidRequest", "api_name", "decode_request",
+    "decode_response", "encode_body", "encode_request", "encode_response", "frame_response",
+    "is_flexible", "peek_api", "request_schema", "response_schema", "valid_client_software",
+]
 
 
 def api_name(api_key: int) -> str:
@@ -84,17 +99,6 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return bool(request_schema(api_key, api_version).__flexible__)
 
 
-class InvalidRequest(Exception):
-    """A frame Kafka would refuse by closing the connection. ``reason`` is a short code."""
-
-    def __init__(self, reason: str, detail: str, api_key: int = -1, api_version: int = -1) -> None:
-        self.reason = reason
-        self.detail = detail
-        self.api_key = api_key
-        self.api_version = api_version
-        super().__init__(f"{reason}: {detail}")
-
-
 @attrs.frozen
 class DecodedRequest:
     """A request as the processor hands it to the request channel."""
@@ -136,26 +140,41 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
                 f"{api_name(api_key)} v{api_version} outside v{low}-v{high}", api_key, api_version,
             )
         unsupported = True
-    header_schema = (
-        RequestHeaderV1 if unsupported or not is_flexible(api_key, api_version) else RequestHeaderV2
-    )
-    try:
-        header, header_size = _reader(header_schema)(frame, 0)
-    except Exception as exc:  # kio raises several types for truncated or bad input
-        raise InvalidRequest("bad_header", repr(exc), api_key, api_version) from None
+    size = len(frame)
+    if size < _HEADER.size:
+        raise InvalidRequest("bad_header", f"request header needs {_HEADER.size} bytes, "
+                             f"the frame has {size}", api_key, api_version)
+    _, _, correlation_id, length = _HEADER.unpack_from(frame, 0)
+    offset = _HEADER.size
+    client_id: str | None = None
+    if length >= 0:
+        if length > size - offset:
+            raise InvalidRequest("bad_header", f"client_id length {length} exceeds the "
+                                 f"{size - offset} bytes remaining", api_key, api_version)
+        # Kafka decodes the client id leniently: invalid UTF-8 does not fail the request.
+        client_id = str(frame[offset:offset + length], "utf-8", "replace")
+        offset += length
+    elif length != -1:
+        raise InvalidRequest("bad_header", f"negative client_id length {length}",
+                             api_key, api_version)
     if unsupported:
         # Kafka skips the body and treats the request as ApiVersions v0 (RequestContext).
         body: Any = None
     else:
+        schema = request_schema(api_key, api_version)
+        if schema.__flexible__:  # request header v2: a tagged-field section, no known tags
+            offset = skip_tagged_fields(frame, offset, "bad_header", api_key, api_version)
+        # Every length is checked before kio's native reader trusts it.
+        checked = scan_body(schema, frame, offset, api_key, api_version)
         try:
-            body, _ = _reader(request_schema(api_key, api_version))(frame, header_size)
-        except Exception as exc:
+            body, _ = _reader(schema)(checked, offset)
+        except Exception as exc:  # kio raises several types for values it refuses
             raise InvalidRequest("bad_body", repr(exc), api_key, api_version) from None
     return DecodedRequest(
         api_key=api_key,
         api_version=api_version,
-        correlation_id=int(header.correlation_id),
-        client_id=header.client_id,
+        correlation_id=correlation_id,
+        client_id=client_id,
         body=body,
         unsupported_version=unsupported,
     )
