@@ -10,6 +10,7 @@ to replay another sequence.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import struct
@@ -20,6 +21,9 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.create_topics.v4.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32
 
 from bench.common import rss_bytes
 from bench.fuzzing import (
@@ -42,14 +46,31 @@ from trio_broker.server.registry import supported_versions
 pytestmark = pytest.mark.timeout(120)
 
 SEED = int(os.environ.get("TRIO_BROKER_FUZZ_SEED", "9"))
-MUTANTS = 11_000
+MUTANTS = 20_000
 HYPOTHESIS_FRAMES = 600
-CONCURRENCY = 6
+CONCURRENCY = 32
+#: Frames per connection: the broker closes a connection at its first refused frame, so the
+#: frames after it are never read; short batches waste few.
+MAX_BATCH = 3
 #: Mutated Fetch/JoinGroup/SyncGroup frames may ask the broker to park for up to 2^31 ms; idle
 #: expiry (as in Kafka, it also covers a connection whose request is parked) bounds them so that
 #: every connection ends and the leak check is exact.
-OVERRIDES = {"connections.max.idle.ms": "3000", "logging.metrics.snapshot.interval.ms": "0"}
+#: Topics come from the replayed seeds and ``_create_topics``: a mutated Metadata request must
+#: not auto-create a topic per random name (CreateTopics mutants are validate-only, see
+#: ``bench.fuzzing.validate_only``).
+OVERRIDES = {"connections.max.idle.ms": "3000", "logging.metrics.snapshot.interval.ms": "0",
+             "auto.create.topics.enable": "false"}
 RSS_GROWTH_LIMIT = 48 * 1024 * 1024
+
+
+def _create_topics_frame(names: list[str]) -> bytes:
+    """CreateTopics v4 for the topics of the clients whose capture relied on auto-creation."""
+    body = CreateTopicsRequest(
+        topics=tuple(CreatableTopic(name=TopicName(name), num_partitions=i32(2),
+                                    replication_factor=i16(1), assignments=(), configs=())
+                     for name in names),
+        timeout=datetime.timedelta(seconds=5), validate_only=False)
+    return encode_request(19, 4, 0x7FFF0002, "fuzz-test", body)
 
 
 def _api_versions_frame(correlation_id: int = 0x7FFF0001) -> bytes:
@@ -123,7 +144,9 @@ async def check_answers(port: int) -> None:
     correlation, versions = decode_response(18, 3, answers[0])
     assert (correlation, versions.error_code) == (1, 0)
     correlation, metadata = decode_response(3, 12, answers[1])
-    assert correlation == 2 and {t.name for t in metadata.topics} >= {"cap-confluent"}
+    assert correlation == 2
+    assert {t.name for t in metadata.topics} >= {
+        "cap-confluent", "cap-kafka-python", "cap-aiokafka", "cap-kcat"}
 
 
 def _death_message(stats: FuzzStats, broker: BrokerProcess) -> str:
@@ -164,24 +187,26 @@ async def test_broker_survives_mutated_client_frames(
 
     # Real traffic first, unchanged: topics, data, groups and offsets exist, so mutants of
     # Produce, Fetch and OffsetCommit reach real partitions and groups.
+    assert await replay(broker.port, [_create_topics_frame(["cap-aiokafka", "cap-kcat"])[4:]])
     for frames in seeds.values():
         assert await replay(broker.port, frames) > 0
     await check_answers(broker.port)
+    valid_frames = sum(len(frames) for frames in seeds.values()) + 3
 
     mutator = Mutator(all_seeds, SEED)
     mutants = iter(mutator)
     preamble = _api_versions_frame()
     with trio.fail_after(90):
         warm = await fuzz(broker.port, mutants, count=1_000, is_alive=alive,
-                          concurrency=CONCURRENCY, preamble=preamble, seed=SEED)
+                          concurrency=CONCURRENCY, max_batch=MAX_BATCH, preamble=preamble, seed=SEED)
         assert not warm.deaths, _death_message(warm, broker)
         rss_start = rss_bytes(pid)
         stats = await fuzz(broker.port, mutants, count=MUTANTS - 1_000, is_alive=alive,
-                           concurrency=CONCURRENCY, preamble=preamble, seed=SEED + 1)
+                           concurrency=CONCURRENCY, max_batch=MAX_BATCH, preamble=preamble, seed=SEED + 1)
         assert not stats.deaths, _death_message(stats, broker)
         generated = await fuzz(broker.port, _mutants_of(hypothesis_frames(HYPOTHESIS_FRAMES)),
                                count=HYPOTHESIS_FRAMES, is_alive=alive,
-                               concurrency=CONCURRENCY, preamble=preamble, seed=SEED + 2)
+                               concurrency=CONCURRENCY, max_batch=MAX_BATCH, preamble=preamble, seed=SEED + 2)
         assert not generated.deaths, _death_message(generated, broker)
         rss_end = rss_bytes(pid)
 
@@ -195,9 +220,12 @@ async def test_broker_survives_mutated_client_frames(
 
     events = broker.events()
     names = Counter(e["event"] for e in events)
-    # The broker's own count of frames it read: answered or refused requests.
-    read = names["request"] + names["invalid_request"]
-    assert read >= 10_000, (read, names)
+    # The broker's own count of the fuzzed frames it read: answered or refused requests, less
+    # the valid ones this test sent (replayed seeds, ApiVersions preambles, the two checks).
+    runs = (warm, stats, generated)
+    valid_frames += 2 + sum(run.preambles for run in runs)
+    read = names["request"] + names["invalid_request"] - valid_frames
+    assert read >= 10_000, (read, names, runs)
     failed = [e for e in events if e["event"] == "request_failed"]
     assert not failed, f"{len(failed)} handler failures, e.g. {failed[:3]}"
     refused = [e for e in events if e["event"] == "invalid_request"]
@@ -216,6 +244,6 @@ async def test_broker_survives_mutated_client_frames(
     assert broker.stop() == 0, stderr
     assert "Traceback" not in stderr, stderr
     print(f"fuzz seed {SEED}: {summary(mutator)}; {read} frames read by the broker, "
-          f"{stats.connections + warm.connections + generated.connections} connections, "
+          f"{sum(run.connections for run in runs)} connections, "
           f"{names['invalid_request']} refused, RSS {rss_start >> 20} -> {rss_end >> 20} MiB")
 
