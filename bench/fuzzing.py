@@ -26,7 +26,7 @@ import struct
 import subprocess
 import sys
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,70 @@ class Mutator:
         return data
 
 
+# ------------------------------------------------------------------------ valid traffic
+def api_versions_frame(correlation_id: int = 0x7FFF0001) -> bytes:
+    """A valid ApiVersions v3 request frame (size prefix included)."""
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from trio_broker.protocol.codec import encode_request
+
+    body = ApiVersionsRequest(client_software_name="fuzz", client_software_version="1.0")
+    return encode_request(18, 3, correlation_id, "fuzz", body)
+
+
+def create_topics_frame(names: Sequence[str]) -> bytes:
+    """CreateTopics v4 (two partitions each) for topics the captured clients auto-created;
+    the fuzzed broker runs without auto-creation."""
+    import datetime
+
+    from kio.schema.create_topics.v4.request import CreatableTopic, CreateTopicsRequest
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    from trio_broker.protocol.codec import encode_request
+
+    body = CreateTopicsRequest(
+        topics=tuple(CreatableTopic(name=TopicName(name), num_partitions=i32(2),
+                                    replication_factor=i16(1), assignments=(), configs=())
+                     for name in names),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)), validate_only=False)
+    return encode_request(19, 4, 0x7FFF0002, "fuzz", body)
+
+
+#: Topics of the captured clients that relied on auto-creation.
+AUTO_CREATED_TOPICS = ("cap-aiokafka", "cap-kcat")
+
+
+async def replay(port: int, payloads: Sequence[bytes], limit: float = 10.0) -> int:
+    """Send frames unchanged on one connection, half-close, and return how many were answered
+    before the broker closed it (or ``limit`` seconds passed)."""
+    answered = 0
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(b"".join(frame(p) for p in payloads))
+        await stream.send_eof()
+        pending = b""
+        with trio.move_on_after(limit):
+            while data := await stream.receive_some(65536):
+                answers, pending = split_frames(pending + data)
+                answered += len(answers)
+    return answered
+
+
+async def prepare_broker(port: int, seeds: dict[str, list[bytes]]) -> int:
+    """Real traffic first, unchanged: topics, data, groups and offsets exist, so mutants of
+    Produce, Fetch and OffsetCommit reach real partitions and groups. Returns the number of
+    valid frames sent."""
+    sent = 1
+    if not await replay(port, [create_topics_frame(AUTO_CREATED_TOPICS)[4:]]):
+        raise RuntimeError("CreateTopics was not answered")
+    for frames in seeds.values():
+        sent += len(frames)
+        if not await replay(port, frames):
+            raise RuntimeError("captured frames were not answered")
+    return sent
+
+
 # -------------------------------------------------------------------------------- driver
 @attrs.define
 class FuzzStats:
@@ -294,7 +358,7 @@ async def _run_connection(port: int, mutants: list[Mutant], preamble: bytes | No
 async def fuzz(port: int, mutants: Iterator[Mutant], *, count: int, is_alive: Callable[[], bool],
                concurrency: int = 8, max_batch: int = 12, preamble: bytes | None = None,
                preamble_rate: float = 0.5, seed: int = 0, connection_limit: float = 5.0,
-               stop_on_death: bool = True, restart: Callable[[], int] | None = None,
+               stop_on_death: bool = True, restart: Callable[[], Awaitable[int]] | None = None,
                progress: Callable[[FuzzStats], None] | None = None) -> FuzzStats:
     """Send ``count`` mutants to the broker on ``port``; watch ``is_alive`` after every
     connection (each lasts at most ``connection_limit`` seconds). On a death: record the suspects, then stop, or (with ``restart``, which returns
@@ -306,7 +370,7 @@ async def fuzz(port: int, mutants: Iterator[Mutant], *, count: int, is_alive: Ca
     recent: deque[_InFlight] = deque(maxlen=4 * concurrency)
     remaining = count
     next_id = 0
-    state = {"port": port, "dead": False}
+    state: dict[str, Any] = {"port": port, "dead": False}
 
     def record_death() -> None:
         suspects = [m for key in sorted(active) for m in flights[key].suspects()]
@@ -347,7 +411,7 @@ async def fuzz(port: int, mutants: Iterator[Mutant], *, count: int, is_alive: Ca
                 record_death()
                 if restart is None or stop_on_death:
                     return
-                state["port"] = restart()
+                state["port"] = await restart()
                 recent.clear()
                 state["dead"] = False
             if progress is not None:

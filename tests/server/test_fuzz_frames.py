@@ -10,7 +10,6 @@ to replay another sequence.
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import struct
@@ -21,9 +20,6 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.schema.create_topics.v4.request import CreatableTopic, CreateTopicsRequest
-from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32
 
 from bench.common import rss_bytes
 from bench.fuzzing import (
@@ -35,6 +31,7 @@ from bench.fuzzing import (
     frame,
     fuzz,
     load_seed_frames,
+    prepare_broker,
     split_frames,
     summary,
 )
@@ -55,22 +52,12 @@ MAX_BATCH = 3
 #: Mutated Fetch/JoinGroup/SyncGroup frames may ask the broker to park for up to 2^31 ms; idle
 #: expiry (as in Kafka, it also covers a connection whose request is parked) bounds them so that
 #: every connection ends and the leak check is exact.
-#: Topics come from the replayed seeds and ``_create_topics``: a mutated Metadata request must
+#: Topics come from the replayed seeds (``prepare_broker``): a mutated Metadata request must
 #: not auto-create a topic per random name (CreateTopics mutants are validate-only, see
 #: ``bench.fuzzing.validate_only``).
 OVERRIDES = {"connections.max.idle.ms": "3000", "logging.metrics.snapshot.interval.ms": "0",
              "auto.create.topics.enable": "false"}
 RSS_GROWTH_LIMIT = 48 * 1024 * 1024
-
-
-def _create_topics_frame(names: list[str]) -> bytes:
-    """CreateTopics v4 for the topics of the clients whose capture relied on auto-creation."""
-    body = CreateTopicsRequest(
-        topics=tuple(CreatableTopic(name=TopicName(name), num_partitions=i32(2),
-                                    replication_factor=i16(1), assignments=(), configs=())
-                     for name in names),
-        timeout=datetime.timedelta(seconds=5), validate_only=False)
-    return encode_request(19, 4, 0x7FFF0002, "fuzz-test", body)
 
 
 def _api_versions_frame(correlation_id: int = 0x7FFF0001) -> bytes:
@@ -110,21 +97,6 @@ def hypothesis_frames(count: int) -> list[bytes]:
 
     collect()
     return frames
-
-
-async def replay(port: int, payloads: list[bytes]) -> int:
-    """Send real frames unchanged on one connection; return how many were answered."""
-    answered = 0
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(b"".join(frame(p) for p in payloads))
-        await stream.send_eof()
-        pending = b""
-        with trio.move_on_after(10):
-            while data := await stream.receive_some(65536):
-                answers, pending = split_frames(pending + data)
-                answered += len(answers)
-    return answered
 
 
 async def check_answers(port: int) -> None:
@@ -185,13 +157,9 @@ async def test_broker_survives_mutated_client_frames(
     def alive() -> bool:
         return broker.process is not None and broker.process.poll() is None
 
-    # Real traffic first, unchanged: topics, data, groups and offsets exist, so mutants of
-    # Produce, Fetch and OffsetCommit reach real partitions and groups.
-    assert await replay(broker.port, [_create_topics_frame(["cap-aiokafka", "cap-kcat"])[4:]])
-    for frames in seeds.values():
-        assert await replay(broker.port, frames) > 0
+    valid_frames = await prepare_broker(broker.port, seeds)
     await check_answers(broker.port)
-    valid_frames = sum(len(frames) for frames in seeds.values()) + 3
+    valid_frames += 2
 
     mutator = Mutator(all_seeds, SEED)
     mutants = iter(mutator)
