@@ -4,7 +4,9 @@
 behind a recording TCP proxy (the broker advertises the proxy's port, so clients that follow
 Metadata's advertised listener stay on it), runs each client's scenario in a subprocess through
 the proxy, and writes the client→broker frames of each client as plain concatenated Kafka frames
-(4-byte size, then the payload) to ``<out>/<client>.bin`` plus ``<out>/index.json``.
+(4-byte size, then the payload) to ``<out>/<client>.bin`` plus ``<out>/index.json``, and the
+record batches of their Produce requests to ``tests/data/vectors`` (a hand-written Produce
+parser: the vectors check the broker's codec, so they are not cut out with it).
 
 Clients: confluent-kafka (admin, plain/idempotent/compressed producers, a consumer group with
 commits), kafka-python (producer, consumer group), aiokafka (producer, consumer group) and kcat
@@ -35,6 +37,7 @@ from .common import REPO_ROOT, BrokerLauncher, bench_env, free_port
 
 CLIENTS = ("confluent", "kafka_python", "aiokafka", "kcat")
 DEFAULT_OUT = REPO_ROOT / "tests" / "data" / "client_frames"
+VECTORS_OUT = REPO_ROOT / "tests" / "data" / "vectors"
 #: Frames kept per (API key, version) per client: enough variety, small files.
 CAP_PER_VERSION = 12
 _SIZE = struct.Struct(">i")
@@ -303,6 +306,117 @@ def write_frames(out: Path, recorder: Recorder) -> dict[str, Any]:
     return index
 
 
+# ---------------------------------------------------------------------- record batches
+class _Reader:
+    """Kafka's primitive types, by hand (the broker's codec is what the vectors check)."""
+
+    def __init__(self, data: bytes, position: int = 0) -> None:
+        self.data = data
+        self.position = position
+
+    def take(self, count: int) -> bytes:
+        if count < 0 or self.position + count > len(self.data):
+            raise ValueError("truncated")
+        chunk = self.data[self.position:self.position + count]
+        self.position += count
+        return chunk
+
+    def int(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        return int(struct.unpack(fmt, self.take(size))[0])
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self, flexible: bool) -> bytes | None:
+        size = self.uvarint() - 1 if flexible else self.int(">h")
+        return None if size < 0 else self.take(size)
+
+    def bytes(self, flexible: bool) -> bytes | None:
+        size = self.uvarint() - 1 if flexible else self.int(">i")
+        return None if size < 0 else self.take(size)
+
+    def array(self, flexible: bool) -> int:
+        return self.uvarint() - 1 if flexible else self.int(">i")
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+
+def produce_records(payload: bytes) -> list[tuple[str, int, bytes]]:
+    """``(topic, partition, records)`` of a Produce request (v3-v9; flexible from v9)."""
+    reader = _Reader(payload)
+    reader.int(">h")
+    version = reader.int(">h")
+    reader.int(">i")
+    reader.string(False)  # the header's client id is never compact
+    flexible = version >= 9
+    if flexible:
+        reader.skip_tags()
+    reader.string(flexible)  # transactional id
+    reader.int(">h")  # acks
+    reader.int(">i")  # timeout
+    found = []
+    for _ in range(reader.array(flexible)):
+        topic = (reader.string(flexible) or b"").decode()
+        for _ in range(reader.array(flexible)):
+            partition = reader.int(">i")
+            records = reader.bytes(flexible)
+            if flexible:
+                reader.skip_tags()
+            if records:
+                found.append((topic, partition, records))
+        if flexible:
+            reader.skip_tags()
+    return found
+
+
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def write_vectors(frames_dir: Path, out: Path, per_kind: int = 2) -> dict[str, Any]:
+    """Record batches of the captured Produce requests, ``per_kind`` per client and
+    compression, one file each, and an index of where each came from."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.bin"):
+        old.unlink()
+    index: dict[str, Any] = {}
+    for path in sorted(frames_dir.glob("*.bin")):
+        data = path.read_bytes()
+        position = 0
+        kept: Counter[str] = Counter()
+        while position < len(data):
+            (size,) = _SIZE.unpack_from(data, position)
+            payload = data[position + 4:position + 4 + size]
+            position += 4 + size
+            if struct.unpack_from(">h", payload, 0)[0] != 0:
+                continue
+            version = struct.unpack_from(">h", payload, 2)[0]
+            for topic, partition, records in produce_records(payload):
+                # batch attributes: offset 21, the low 3 bits name the codec
+                compression = COMPRESSIONS[struct.unpack_from(">h", records, 21)[0] & 7]
+                kind = f"{path.stem}-{compression}"
+                if kept[kind] >= per_kind:
+                    continue
+                name = f"{kind}-{kept[kind]}.bin"
+                kept[kind] += 1
+                (out / name).write_bytes(records)
+                index[name] = {"client": path.stem, "client_id": _client_id(payload).decode(),
+                               "produce_version": version, "topic": topic,
+                               "partition": partition, "compression": compression,
+                               "bytes": len(records)}
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    return index
+
+
 async def _capture(out: Path, clients: list[str]) -> dict[str, Any]:
     recorder = Recorder()
     proxy_port = free_port()
@@ -333,13 +447,20 @@ async def _capture(out: Path, clients: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capture_frames", description=__doc__)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--vectors-only", action="store_true",
+                        help="only re-extract the record batch vectors from the frames in --out")
     parser.add_argument("--client", choices=CLIENTS, help="(internal) run one client scenario")
     parser.add_argument("--bootstrap", help="(internal) where the client scenario connects")
     args = parser.parse_args(argv)
     if args.client:
         SCENARIOS[args.client](args.bootstrap)
         return 0
-    index = trio.run(_capture, args.out, list(CLIENTS))
+    if not args.vectors_only:
+        index = trio.run(_capture, args.out, list(CLIENTS))
+    vectors = write_vectors(args.out, VECTORS_OUT)
+    print(f"{len(vectors)} record batch vectors in {VECTORS_OUT}")
+    if args.vectors_only:
+        return 0
     total = sum(entry["bytes"] for entry in index.values())
     for client, entry in index.items():
         print(f"{client}: {entry['frames']} frames ({entry['recorded']} recorded), "
