@@ -321,7 +321,7 @@ class _Reader:
         self.position += count
         return chunk
 
-    def int(self, fmt: str) -> int:
+    def integer(self, fmt: str) -> int:
         size = struct.calcsize(fmt)
         return int(struct.unpack(fmt, self.take(size))[0])
 
@@ -335,15 +335,15 @@ class _Reader:
             shift += 7
 
     def string(self, flexible: bool) -> bytes | None:
-        size = self.uvarint() - 1 if flexible else self.int(">h")
+        size = self.uvarint() - 1 if flexible else self.integer(">h")
         return None if size < 0 else self.take(size)
 
-    def bytes(self, flexible: bool) -> bytes | None:
-        size = self.uvarint() - 1 if flexible else self.int(">i")
+    def blob(self, flexible: bool) -> bytes | None:
+        size = self.uvarint() - 1 if flexible else self.integer(">i")
         return None if size < 0 else self.take(size)
 
     def array(self, flexible: bool) -> int:
-        return self.uvarint() - 1 if flexible else self.int(">i")
+        return self.uvarint() - 1 if flexible else self.integer(">i")
 
     def skip_tags(self) -> None:
         for _ in range(self.uvarint()):
@@ -354,22 +354,22 @@ class _Reader:
 def produce_records(payload: bytes) -> list[tuple[str, int, bytes]]:
     """``(topic, partition, records)`` of a Produce request (v3-v9; flexible from v9)."""
     reader = _Reader(payload)
-    reader.int(">h")
-    version = reader.int(">h")
-    reader.int(">i")
+    reader.integer(">h")
+    version = reader.integer(">h")
+    reader.integer(">i")
     reader.string(False)  # the header's client id is never compact
     flexible = version >= 9
     if flexible:
         reader.skip_tags()
     reader.string(flexible)  # transactional id
-    reader.int(">h")  # acks
-    reader.int(">i")  # timeout
+    reader.integer(">h")  # acks
+    reader.integer(">i")  # timeout
     found = []
     for _ in range(reader.array(flexible)):
         topic = (reader.string(flexible) or b"").decode()
         for _ in range(reader.array(flexible)):
-            partition = reader.int(">i")
-            records = reader.bytes(flexible)
+            partition = reader.integer(">i")
+            records = reader.blob(flexible)
             if flexible:
                 reader.skip_tags()
             if records:
