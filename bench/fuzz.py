@@ -182,7 +182,8 @@ async def _main(frames: int, result: BenchResult) -> None:
         "close:invalid_frame", 0)
     result.figures += [
         Figure("frames sent", float(sent), "frames",
-               note=f"of {frames:,} made; the others went to a broker that had died"),
+               note="" if sent == frames else
+               f"of {frames:,} made; the others went to a broker that had died"),
         Figure("frames/s", stats.frames_sent / elapsed if elapsed else None, "frames/s",
                note=f"{CONCURRENCY} connections at a time, 1-{MAX_BATCH} frames each"),
         Figure("frames read by the last broker", read, "frames",
