@@ -447,6 +447,7 @@ async def _capture(out: Path, clients: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capture_frames", description=__doc__)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--vectors-out", type=Path, default=VECTORS_OUT)
     parser.add_argument("--vectors-only", action="store_true",
                         help="only re-extract the record batch vectors from the frames in --out")
     parser.add_argument("--client", choices=CLIENTS, help="(internal) run one client scenario")
@@ -457,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.vectors_only:
         index = trio.run(_capture, args.out, list(CLIENTS))
-    vectors = write_vectors(args.out, VECTORS_OUT)
-    print(f"{len(vectors)} record batch vectors in {VECTORS_OUT}")
+    vectors = write_vectors(args.out, args.vectors_out)
+    print(f"{len(vectors)} record batch vectors in {args.vectors_out}")
     if args.vectors_only:
         return 0
     total = sum(entry["bytes"] for entry in index.values())
