@@ -14,9 +14,31 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from trio_broker.protocol.codec import decode_response, encode_request
-from trio_broker.protocol.framing import FrameDecoder
 
 MAX_RESPONSE_BYTES = 2**31 - 1
+
+
+class ResponseFrames:
+    """Splits the response byte stream into payloads: the size prefix read here by hand, not
+    with the broker's ``FrameDecoder``, so a framing bug cannot hide on both sides."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        buffer = self._buffer
+        if len(buffer) < 4:
+            return None
+        size = int.from_bytes(buffer[:4], "big", signed=True)
+        assert 0 <= size <= MAX_RESPONSE_BYTES, f"bad response size {size}"
+        if len(buffer) < 4 + size:
+            return None
+        payload = bytes(buffer[4:4 + size])
+        del buffer[:4 + size]
+        return payload
 
 
 class WireClient:
@@ -25,7 +47,7 @@ class WireClient:
     def __init__(self, stream: trio.SocketStream, client_id: str = "wire-test") -> None:
         self.stream = stream
         self.client_id = client_id
-        self._frames = FrameDecoder(MAX_RESPONSE_BYTES)
+        self._frames = ResponseFrames()
         self._next_correlation = 1
         self._sent: dict[int, tuple[int, int]] = {}
 
