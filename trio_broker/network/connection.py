@@ -72,7 +72,7 @@ class Connection:
         "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
         "_throttle_deadline", "_idle_seconds", "_idle_scope", "_reader_scope",
         "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
-        "_receiving", "_received_lot", "requests", "closed",
+        "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
     )
 
     def __init__(self, stream: trio.SocketStream, info: ConnectionInfo, processor: Processor,
@@ -107,6 +107,10 @@ class Connection:
         # One receive at a time: the reader and, while a write is blocked, the read-ahead task.
         self._receiving = False
         self._received_lot: trio.lowlevel.ParkingLot | None = None
+        # A serial connection writes inside its reader's scope: stop_reading during a write is
+        # deferred until the response is sent, so no response is cut off mid-frame.
+        self._writing = False
+        self._stop_reading = False
         self._last_client_id = ""
         self._write_failure: tuple[str, str] | None = None
         self._tasks: trio.Nursery
@@ -129,7 +133,9 @@ class Connection:
 
     def stop_reading(self) -> None:
         """Shutdown step: read no more requests; in-flight ones are still answered."""
-        self._reader_scope.cancel()
+        self._stop_reading = True
+        if not self._writing:
+            self._reader_scope.cancel()
 
     def wake(self) -> None:
         """Called when one of this connection's responses is ready."""
@@ -239,9 +245,17 @@ class Connection:
                 self._pending.remove(request)
                 self._server.memory_pool.release(reserved)
                 raise
-            if self._serial and not await self._write_next():
-                assert self._write_failure is not None
-                return self._write_failure
+            if self._serial:
+                self._writing = True
+                try:
+                    written = await self._write_next()
+                finally:
+                    self._writing = False
+                if not written:
+                    assert self._write_failure is not None
+                    return self._write_failure
+                if self._stop_reading:
+                    return "shutdown", ""
 
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""
@@ -370,7 +384,7 @@ class Connection:
 
     async def _write_batch(self) -> None:
         """Wait for the oldest request's response, then send it with every one ready after it,
-        in order, in one ``send_all``."""
+        in order, in one write."""
         pending = self._pending
         while not pending or not pending[0].slot.ready.is_set():
             if pending:
@@ -378,17 +392,24 @@ class Connection:
             else:
                 assert self._response_lot is not None  # a serial connection has a request here
                 await self._response_lot.park()
-        batch: list[Request] = []
-        while pending and pending[0].slot.ready.is_set():
-            batch.append(pending.pop(0))
+        # The batch stays in ``pending`` until it is sent: a response being written is still in
+        # flight (the shutdown drain waits for it).
+        count = 1
+        while count < len(pending) and pending[count].slot.ready.is_set():
+            count += 1
+        batch = pending[:count]
         dequeued = time.perf_counter_ns()
         close: Request | None = None
         payloads = []
-        for request in batch:
+        for index, request in enumerate(batch):
             request.response_dequeue_ns = dequeued
             action = request.slot.action
             if action is ResponseAction.CLOSE:
+                # Responses after a close are never sent: they stay pending, and are counted
+                # as dropped when the connection ends.
                 close = request
+                count = index + 1
+                batch = batch[:count]
                 break
             if action is ResponseAction.SEND:
                 payloads.append(request.slot.payload)
@@ -396,9 +417,11 @@ class Connection:
             try:
                 await self._send(b"".join(payloads) if len(payloads) > 1 else payloads[0])
             except BaseException:
+                del pending[:count]
                 self._drop(batch)
                 raise
             self._touch()
+        del pending[:count]
         ended = time.perf_counter_ns()
         for request in batch:
             request.end_ns = ended
