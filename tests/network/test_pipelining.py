@@ -300,3 +300,26 @@ async def test_peer_reset_mid_write_closes_cleanly(
     # Every request read was completed once: answered, or dropped with its connection.
     await wait_for(lambda: len(log_events.events("request")) == closed["requests"])
     assert_nothing_leaked(running)
+
+
+# ------------------------------------------------------------ socket buffer keys
+async def test_socket_buffer_keys_minus_one_leave_the_os_default(start_broker: Any) -> None:
+    """Kafka's -1: the option is not set, so the accepted socket has the kernel's own sizing,
+    the same as the client's untouched socket; a value is set on every accepted socket (Linux
+    reports twice what was asked)."""
+    for value in ["-1", "102400"]:
+        running = await start_broker({"socket.receive.buffer.bytes": value,
+                                      "socket.send.buffer.bytes": value})
+        client = await WireClient.connect(running.port)
+        await wait_for(lambda r=running: len(connections(r)) == 1)  # type: ignore[misc]
+        [connection] = connections(running)
+        broker_side, client_side = connection.stream.socket, client.stream.socket
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            got = broker_side.getsockopt(socket.SOL_SOCKET, option)
+            if value == "-1":
+                assert got == client_side.getsockopt(socket.SOL_SOCKET, option)
+                assert got != 2 * 102400
+            else:
+                assert got == 2 * 102400
+        await client.aclose()
+        await running.shutdown()
