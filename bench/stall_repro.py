@@ -12,61 +12,11 @@ per run (``nstat``), since the stall shows up there first.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
-import time
-from typing import Any
 
 from .common import running_broker
+from .stall import counter_delta, produce_one_per_request, tcp_counters
 from .throughput import create_topic
-
-COUNTERS = ("TcpExtPruneCalled", "TcpExtRcvPruned", "TcpExtTCPRcvCollapsed",
-            "TcpExtTCPRcvQDrop", "TcpExtTCPBacklogDrop", "TcpExtTCPOFODrop")
-
-
-def tcp_counters() -> dict[str, int]:
-    """Absolute values of the host's TCP counters that reveal receive-queue pruning."""
-    try:
-        out = subprocess.run(["nstat", "-az"], capture_output=True, text=True, check=False,
-                             timeout=5).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    values = {}
-    for line in out.splitlines():
-        match = re.match(r"(\S+)\s+(\d+)", line)
-        if match and match.group(1) in COUNTERS:
-            values[match.group(1)] = int(match.group(2))
-    return values
-
-
-def produce_one_per_request(bootstrap: str, topic: str, count: int, timeout: float,
-                            extra: dict[str, Any] | None = None) -> tuple[int, float]:
-    """(records acknowledged, seconds) for ``count`` records sent one per request."""
-    from confluent_kafka import Producer
-
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        "batch.num.messages": 1,
-        "linger.ms": 0,
-        "acks": 1,
-        "message.timeout.ms": int(timeout * 1000),
-        "queue.buffering.max.messages": max(100_000, count),
-        **(extra or {}),
-    })
-    delivered = [0]
-
-    def report(error: Any, _message: Any) -> None:
-        if error is None:
-            delivered[0] += 1
-
-    started = time.perf_counter()
-    for index in range(count):
-        producer.produce(topic, b"r%d" % index, partition=0, on_delivery=report)
-        if index % 1000 == 0:
-            producer.poll(0)
-    producer.flush(timeout + 5)
-    return delivered[0], time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             acked, seconds = produce_one_per_request(broker.bootstrap, "one", args.records,
                                                      args.timeout)
         after = tcp_counters()
-        delta = {k.removeprefix("TcpExt"): after[k] - before.get(k, 0)
-                 for k in after if after[k] - before.get(k, 0)}
+        delta = counter_delta(before, after)
         stalled = acked != args.records
         stalls += stalled
         print(f"run {run + 1}: {acked}/{args.records} acked in {seconds:.1f} s"
