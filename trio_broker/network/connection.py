@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -42,16 +42,49 @@ from ..protocol.codec import (
     valid_client_software,
 )
 from ..protocol.framing import FrameDecoder, InvalidFrameSize
+from .memory_pool import MemoryPool, UnboundedPool
 from .mute import ChannelMute, IllegalMuteTransition, MuteEvent
-from .request_channel import Request, ResponseAction
+from .request_channel import Request, RequestChannel, ResponseAction
 
 if TYPE_CHECKING:
+    from ..config import BrokerConfig
     from ..server.context import ConnectionInfo
-    from .processor import Processor
 
 RECEIVE_BYTES = 256 * 1024
 #: Bytes a connection may hold undecoded while one of its writes is blocked (read-ahead).
 READ_AHEAD_BYTES = 1024 * 1024
+
+
+class ConnectionServer(Protocol):
+    """What a connection uses of the broker-wide socket server (its layers above it)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def supported_versions(self) -> dict[int, tuple[int, int]]: ...
+
+    @property
+    def memory_pool(self) -> MemoryPool | UnboundedPool: ...
+
+    def request_completed(self, request: Request, *, dropped: bool = False) -> None:
+        """Metrics and the log line of a request answered or dropped."""
+
+    def connection_progressed(self) -> None:
+        """Responses were sent or a connection closed (wakes the shutdown drain)."""
+
+
+class ConnectionOwner(Protocol):
+    """The processor that runs a connection, as the connection sees it."""
+
+    @property
+    def server(self) -> ConnectionServer: ...
+
+    @property
+    def request_channel(self) -> RequestChannel: ...
+
+    def connection_closed(self, connection: Connection, reason: str) -> None:
+        """The connection has ended and closed its socket."""
 
 
 class _Close(Exception):
@@ -75,8 +108,8 @@ class Connection:
         "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
     )
 
-    def __init__(self, stream: trio.SocketStream, info: ConnectionInfo, processor: Processor,
-                 ip: str) -> None:
+    def __init__(self, stream: trio.SocketStream, info: ConnectionInfo,
+                 processor: ConnectionOwner, ip: str) -> None:
         self.stream = stream
         self.info = info
         self.ip = ip
