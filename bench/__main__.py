@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import fuzz, idle_memory, small_requests, startup, throughput
+from . import fuzz, idle_memory, small_requests, stall, startup, throughput
 from .common import BenchResult, Figure, raise_fd_limit
 
 BENCHMARKS: dict[str, Callable[[bool], BenchResult]] = {
@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, Callable[[bool], BenchResult]] = {
     "idle_memory": idle_memory.run,
     "small_requests": small_requests.run,
     "throughput": throughput.run,
+    "stall": stall.run,
     "fuzz": fuzz.run,  # opt-in (--only fuzz): a million frames
 }
 

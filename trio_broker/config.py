@@ -334,6 +334,12 @@ class BrokerConfig:
     connections_max_idle_ms: int = _long(
         "connections.max.idle.ms", 600000,
         "Close connections idle for longer than this; negative disables.")
+    socket_send_stall_timeout_ms: int = _long(
+        "socket.send.stall.timeout.ms", 60000,
+        "Close a connection whose response write has had no byte accepted by the kernel for this "
+        "long (the peer neither reads nor acknowledges). -1 disables (idle expiry still applies). "
+        "Not a Kafka key.",
+        validator=at_least(-1))
     max_connections: int = setting(
         "max.connections", INT_MAX,
         "Connections allowed across the broker; the acceptor waits for a free slot.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -18,7 +18,9 @@ from .processor import Processor
 from .quotas import ConnectionThrottled, TooManyConnections
 
 if TYPE_CHECKING:
-    from .socket_server import SocketServer
+    from ..config import BrokerConfig
+    from ..observability.metrics import BrokerMetrics
+    from .quotas import ConnectionQuotas
 
 # accept() errors that concern one connection or a passing shortage, not the listener (trio's
 # serve_listeners makes the same distinction).
@@ -47,10 +49,27 @@ async def open_listening_socket(host: str | None, port: int, *, backlog: int,
     return sock
 
 
+class AcceptorServer(Protocol):
+    """What an acceptor uses of the socket server that owns it (the layer above)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def quotas(self) -> ConnectionQuotas: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    def connection_closed_early(self, listener: str, ip: str, reason: str, detail: str = ""
+                                ) -> None:
+        """A socket closed before it became a connection."""
+
+
 class Acceptor:
     """Accepts connections on one listener."""
 
-    def __init__(self, server: SocketServer, listener: str, sock: trio.socket.SocketType,
+    def __init__(self, server: AcceptorServer, listener: str, sock: trio.socket.SocketType,
                  processors: list[Processor]) -> None:
         self.server = server
         self.listener = listener

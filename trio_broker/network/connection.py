@@ -14,12 +14,23 @@ connection's one task: read, hand over, wait for the answer, send, read on; Kafk
 (AutoMQ-style pipelining) the writer is a second task in the connection's nursery.
 
 Idle expiry is a cancel scope around both whose deadline moves on every read and send.
+
+**Reading while a write is blocked.** Responses are written with a non-blocking send; only when
+the kernel will not take the whole response (the peer has not acknowledged what it has) does the
+write wait, and while it waits a short-lived read-ahead task keeps moving bytes from the socket
+into the :class:`FrameDecoder`, up to :data:`READ_AHEAD_BYTES` and only while the memory pool has
+room. Frames are still decoded and dispatched only by the reader, so muting keeps its meaning.
+Without this, a client that pipelines thousands of tiny requests (librdkafka) fills a fixed-size
+receive buffer with small segments; the kernel then drops its incoming segments, and with them
+the ACKs the blocked write waits for: the connection stalls (issue 9, docs/decisions.md). A write
+that makes no progress for ``socket.send.stall.timeout.ms`` closes the connection.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -31,14 +42,49 @@ from ..protocol.codec import (
     valid_client_software,
 )
 from ..protocol.framing import FrameDecoder, InvalidFrameSize
+from .memory_pool import MemoryPool, UnboundedPool
 from .mute import ChannelMute, IllegalMuteTransition, MuteEvent
-from .request_channel import Request, ResponseAction
+from .request_channel import Request, RequestChannel, ResponseAction
 
 if TYPE_CHECKING:
+    from ..config import BrokerConfig
     from ..server.context import ConnectionInfo
-    from .processor import Processor
 
 RECEIVE_BYTES = 256 * 1024
+#: Bytes a connection may hold undecoded while one of its writes is blocked (read-ahead).
+READ_AHEAD_BYTES = 1024 * 1024
+
+
+class ConnectionServer(Protocol):
+    """What a connection uses of the broker-wide socket server (its layers above it)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def supported_versions(self) -> dict[int, tuple[int, int]]: ...
+
+    @property
+    def memory_pool(self) -> MemoryPool | UnboundedPool: ...
+
+    def request_completed(self, request: Request, *, dropped: bool = False) -> None:
+        """Metrics and the log line of a request answered or dropped."""
+
+    def connection_progressed(self) -> None:
+        """Responses were sent or a connection closed (wakes the shutdown drain)."""
+
+
+class ConnectionOwner(Protocol):
+    """The processor that runs a connection, as the connection sees it."""
+
+    @property
+    def server(self) -> ConnectionServer: ...
+
+    @property
+    def request_channel(self) -> RequestChannel: ...
+
+    def connection_closed(self, connection: Connection, reason: str) -> None:
+        """The connection has ended and closed its socket."""
 
 
 class _Close(Exception):
@@ -59,11 +105,11 @@ class Connection:
         "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
         "_throttle_deadline", "_idle_seconds", "_idle_scope", "_reader_scope",
         "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
-        "requests", "closed",
+        "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
     )
 
-    def __init__(self, stream: trio.SocketStream, info: ConnectionInfo, processor: Processor,
-                 ip: str) -> None:
+    def __init__(self, stream: trio.SocketStream, info: ConnectionInfo,
+                 processor: ConnectionOwner, ip: str) -> None:
         self.stream = stream
         self.info = info
         self.ip = ip
@@ -89,7 +135,15 @@ class Connection:
         self._idle_scope = trio.CancelScope()
         self._reader_scope = trio.CancelScope()
         self._frame_reserved = 0
-        self._eof = False
+        # Why the stream ended ("end of stream", or the receive error), once it has.
+        self._eof: str | None = None
+        # One receive at a time: the reader and, while a write is blocked, the read-ahead task.
+        self._receiving = False
+        self._received_lot: trio.lowlevel.ParkingLot | None = None
+        # A serial connection writes inside its reader's scope: stop_reading during a write is
+        # deferred until the response is sent, so no response is cut off mid-frame.
+        self._writing = False
+        self._stop_reading = False
         self._last_client_id = ""
         self._write_failure: tuple[str, str] | None = None
         self._tasks: trio.Nursery
@@ -112,7 +166,9 @@ class Connection:
 
     def stop_reading(self) -> None:
         """Shutdown step: read no more requests; in-flight ones are still answered."""
-        self._reader_scope.cancel()
+        self._stop_reading = True
+        if not self._writing:
+            self._reader_scope.cancel()
 
     def wake(self) -> None:
         """Called when one of this connection's responses is ready."""
@@ -196,7 +252,7 @@ class Connection:
             await self._wait_until_readable()
             frame = await self._read_frame()
             if frame is None:
-                return "client", "end of stream"
+                return "client", self._eof or "end of stream"
             if self._throttle_deadline > trio.current_time():
                 # Pipelining: a throttle began while this frame was being read (KIP-219).
                 await self._wait_until_readable()
@@ -222,9 +278,17 @@ class Connection:
                 self._pending.remove(request)
                 self._server.memory_pool.release(reserved)
                 raise
-            if self._serial and not await self._write_next():
-                assert self._write_failure is not None
-                return self._write_failure
+            if self._serial:
+                self._writing = True
+                try:
+                    written = await self._write_next()
+                finally:
+                    self._writing = False
+                if not written:
+                    assert self._write_failure is not None
+                    return self._write_failure
+                if self._stop_reading:
+                    return "shutdown", ""
 
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""
@@ -283,15 +347,51 @@ class Connection:
             frame = decoder.next_frame()
             if frame is not None:
                 return frame
-            if self._eof:
-                return None
-            data = await self.stream.receive_some(RECEIVE_BYTES)
-            if not data:
+            if self._eof is not None:
                 # Complete frames already buffered are still served (Kafka's graceful close).
-                self._eof = True
+                return None
+            # Inlined _receive: an idle connection waits here, and one coroutine frame less per
+            # idle connection is measurable (bench idle_memory).
+            if self._receiving:
+                assert self._received_lot is not None
+                await self._received_lot.park()
                 continue
+            self._receiving = True
+            try:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            finally:
+                self._receiving = False
+                if self._received_lot is not None:
+                    self._received_lot.unpark_all()
+            self._received(data)
+
+    async def _receive(self, max_bytes: int) -> None:
+        """One receive from the socket into the decoder (the read-ahead task's; the reader
+        inlines the same steps).
+
+        The reader and the read-ahead task may both want to read: the second one waits for the
+        first one's receive to finish instead (trio allows one receive at a time), then decides
+        again.
+        """
+        if self._receiving:
+            assert self._received_lot is not None  # created before a second reader starts
+            await self._received_lot.park()
+            return
+        self._receiving = True
+        try:
+            data = await self.stream.receive_some(max_bytes)
+        finally:
+            self._receiving = False
+            if self._received_lot is not None:
+                self._received_lot.unpark_all()
+        self._received(data)
+
+    def _received(self, data: bytes | bytearray) -> None:
+        if data:
             self._touch()
-            decoder.feed(data)
+            self._decoder.feed(data)
+        else:
+            self._eof = "end of stream"
 
     def _register_client(self, body: object) -> None:
         name = getattr(body, "client_software_name", None)
@@ -334,7 +434,7 @@ class Connection:
 
     async def _write_batch(self) -> None:
         """Wait for the oldest request's response, then send it with every one ready after it,
-        in order, in one ``send_all``."""
+        in order, in one write."""
         pending = self._pending
         while not pending or not pending[0].slot.ready.is_set():
             if pending:
@@ -342,28 +442,36 @@ class Connection:
             else:
                 assert self._response_lot is not None  # a serial connection has a request here
                 await self._response_lot.park()
-        batch: list[Request] = []
-        while pending and pending[0].slot.ready.is_set():
-            batch.append(pending.pop(0))
+        # The batch stays in ``pending`` until it is sent: a response being written is still in
+        # flight (the shutdown drain waits for it).
+        count = 1
+        while count < len(pending) and pending[count].slot.ready.is_set():
+            count += 1
+        batch = pending[:count]
         dequeued = time.perf_counter_ns()
         close: Request | None = None
         payloads = []
-        for request in batch:
+        for index, request in enumerate(batch):
             request.response_dequeue_ns = dequeued
             action = request.slot.action
             if action is ResponseAction.CLOSE:
+                # Responses after a close are never sent: they stay pending, and are counted
+                # as dropped when the connection ends.
                 close = request
+                count = index + 1
+                batch = batch[:count]
                 break
             if action is ResponseAction.SEND:
                 payloads.append(request.slot.payload)
         if payloads:
             try:
-                await self.stream.send_all(
-                    b"".join(payloads) if len(payloads) > 1 else payloads[0])
+                await self._send(b"".join(payloads) if len(payloads) > 1 else payloads[0])
             except BaseException:
+                del pending[:count]
                 self._drop(batch)
                 raise
             self._touch()
+        del pending[:count]
         ended = time.perf_counter_ns()
         for request in batch:
             request.end_ns = ended
@@ -374,6 +482,61 @@ class Connection:
             self._inflight_lot.unpark_all()
         if not pending:
             self._server.connection_progressed()
+
+    async def _send(self, data: bytes) -> None:
+        """Send all of ``data``; reads ahead while the kernel will not take it (module doc)."""
+        fd = self.stream.socket.fileno()
+        try:
+            sent = _send_nowait(fd, data)
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        if sent < len(data):
+            await self._send_blocked(fd, memoryview(data)[sent:])
+
+    async def _send_blocked(self, fd: int, rest: memoryview) -> None:
+        stall_ms = self._server.config.socket_send_stall_timeout_ms
+        stall_seconds = stall_ms / 1000 if stall_ms >= 0 else float("inf")
+        failure: BaseException | None = None
+        if self._received_lot is None:
+            self._received_lot = trio.lowlevel.ParkingLot()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_ahead)
+            progress_at = trio.current_time()
+            while rest:
+                with trio.move_on_at(progress_at + stall_seconds):
+                    await trio.lowlevel.wait_writable(fd)
+                try:
+                    sent = _send_nowait(fd, rest)
+                except OSError as exc:
+                    failure = trio.BrokenResourceError(f"socket connection broken: {exc}")
+                    break
+                if sent:
+                    rest = rest[sent:]
+                    progress_at = trio.current_time()
+                    self._touch()
+                elif trio.current_time() >= progress_at + stall_seconds:
+                    stalled_ms = round((trio.current_time() - progress_at) * 1000, 3)
+                    emit("connection_send_stalled", stalled_ms=stalled_ms,
+                         unsent_bytes=len(rest), buffered_bytes=self._decoder.buffered)
+                    failure = _Close("send_stalled",
+                                     f"no bytes accepted for {stalled_ms} ms, "
+                                     f"{len(rest)} bytes unsent")
+                    break
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _read_ahead(self) -> None:
+        """While a write is blocked: move what the kernel holds into the decoder (bounded)."""
+        decoder = self._decoder
+        pool = self._server.memory_pool
+        try:
+            while (self._eof is None and decoder.buffered < READ_AHEAD_BYTES
+                   and not pool.out_of_memory):
+                await self._receive(min(RECEIVE_BYTES, READ_AHEAD_BYTES - decoder.buffered))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            # The reader serves what is buffered and then ends the connection with this.
+            self._eof = f"receive failed: {exc!r}"
 
     def _drop(self, requests: list[Request]) -> None:
         ended = time.perf_counter_ns()
@@ -399,3 +562,11 @@ class Connection:
             except IllegalMuteTransition as exc:
                 raise _Close("error", str(exc)) from None
         self._server.request_completed(request)
+
+
+def _send_nowait(fd: int, data: bytes | memoryview) -> int:
+    """Bytes of ``data`` the kernel took at once (0 if none): a non-blocking ``send``."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0

@@ -7,23 +7,38 @@ its own nursery, so cancelling a processor closes exactly its connections.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from ..config import INT_MAX
 from ..server.context import ConnectionInfo
-from .connection import Connection
+from .connection import Connection, ConnectionServer
 from .request_channel import RequestChannel
 
 if TYPE_CHECKING:
-    from .socket_server import SocketServer
+    from ..observability.metrics import BrokerMetrics
+    from .quotas import ConnectionQuotas
+
+
+class ProcessorServer(ConnectionServer, Protocol):
+    """What a processor uses of the socket server that owns it (the layer above)."""
+
+    @property
+    def quotas(self) -> ConnectionQuotas: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    def connection_closed_early(self, listener: str, ip: str, reason: str, detail: str = ""
+                                ) -> None:
+        """A socket closed before it became a connection."""
 
 
 class Processor:
     """One processor of one listener."""
 
-    def __init__(self, server: SocketServer, processor_id: int, listener: str,
+    def __init__(self, server: ProcessorServer, processor_id: int, listener: str,
                  security_protocol: str, request_channel: RequestChannel, *,
                  control_plane: bool = False) -> None:
         self.server = server

@@ -5,13 +5,17 @@ processor, a queue of responses. Here the request queue is a Trio memory channel
 (a full channel blocks the reader that sends into it, which is Kafka's back-pressure), and each
 request carries the :class:`ResponseSlot` its connection waits on, so a response always finds its
 way back to the connection that asked, in request order.
+
+This module is the bottom of the network layers (socket server → acceptor → processor →
+connection → request channel → handler pool): it knows the connection that sent a request only as
+a :class:`RequestOwner`.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -20,7 +24,21 @@ from ..protocol.codec import DecodedRequest
 
 if TYPE_CHECKING:
     from ..server.context import ConnectionInfo
-    from .connection import Connection
+
+
+class RequestOwner(Protocol):
+    """What a request knows of the connection it came from (the handler pool uses it too)."""
+
+    @property
+    def info(self) -> ConnectionInfo:
+        """The connection's identity, for the request context and the log."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection has ended: its responses are dropped."""
+
+    def wake(self) -> None:
+        """Called when one of the connection's responses is ready."""
 
 
 class ResponseAction(enum.Enum):
@@ -63,7 +81,7 @@ class Request:
 
     decoded: DecodedRequest
     #: The connection that will send the response (it is woken when the slot is completed).
-    owner: Connection
+    owner: RequestOwner
     size: int
     #: Bytes reserved in the memory pool, released once the request is handled.
     reserved: int

@@ -119,6 +119,11 @@ _EVENT_LIST = [
            "duration_ms": DOUBLE}),
     _spec("connection_expired", "A connection was closed after connections.max.idle.ms idle.",
           {**CONNECTION_FIELDS, "idle_ms": DOUBLE}),
+    _spec("connection_send_stalled",
+          "A response write made no progress for socket.send.stall.timeout.ms; the connection "
+          "is closed (reason send_stalled).",
+          {**CONNECTION_FIELDS, "stalled_ms": DOUBLE, "unsent_bytes": LONG,
+           "buffered_bytes": LONG}, "warning"),
     _spec("acceptor_blocked", "The acceptor waited: all processor queues full, or no free slot.",
           {**_LISTENER, "reason": STRING, "blocked_ms": DOUBLE}),
     _spec("connection_muted", "A connection stopped reading.",

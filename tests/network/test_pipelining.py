@@ -1,0 +1,325 @@
+"""Pipelined clients over real loopback sockets: many requests in flight, late readers, peers
+that never read or reset mid-write (issue 9: a connection must never stall).
+
+Clients here shrink their socket buffers so that the broker's writes block after a few
+responses; the broker's receive buffer is shrunk the same way (``socket.receive.buffer.bytes``)
+so that what the kernel can hold on its own is far less than what the client sends. Time runs on
+the autojump clock.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
+from trio_broker.server import registry
+
+API_VERSIONS, METADATA = 18, 3
+SMALL_BUFFER = 4096
+#: Broker-side socket buffers small enough that the kernel alone cannot hold the bursts below.
+SMALL_BROKER_BUFFERS = {"socket.receive.buffer.bytes": str(SMALL_BUFFER),
+                        "socket.send.buffer.bytes": str(SMALL_BUFFER)}
+
+
+async def connect_small(port: int) -> WireClient:
+    """A raw client whose own socket buffers are tiny: it is a slow reader unless it reads."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUFFER)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_BUFFER)
+    await sock.connect(("127.0.0.1", port))
+    return WireClient(trio.SocketStream(sock))
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+def correlation_of(payload: bytes) -> int:
+    return int(struct.unpack_from(">i", payload, 0)[0])
+
+
+async def read_correlations(client: WireClient, count: int) -> list[int]:
+    """The correlation ids of the next ``count`` responses (frames only, no body decoding)."""
+    seen: list[int] = []
+    for _ in range(count):
+        payload = await client.receive_frame()
+        assert payload is not None, f"connection closed after {len(seen)} responses"
+        seen.append(correlation_of(payload))
+    return seen
+
+
+def connections(running: Any) -> list[Any]:
+    return [c for p in running.app.socket_server.processors for c in p.connections]
+
+
+def assert_nothing_leaked(running: Any) -> None:
+    server = running.app.socket_server
+    assert connections(running) == []
+    assert server.connection_count == 0
+    assert server.memory_pool.used == 0
+    assert server.response_queue_size == 0
+
+
+@attrs.define
+class BlockedHandler:
+    """Metadata's handler behind a gate the test opens."""
+
+    inner: Any
+    release: trio.Event = attrs.field(factory=trio.Event)
+    entered: int = 0
+
+    async def handle(self, ctx: Any, body: Any) -> Any:
+        self.entered += 1
+        await self.release.wait()
+        return await self.inner(ctx, body)
+
+
+@pytest.fixture
+def blocked_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
+    original = registry.handlers()[METADATA]
+    blocked = BlockedHandler(original.handle)
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
+    return blocked
+
+
+# ------------------------------------------------------------ late readers and stalled peers
+@pytest.mark.parametrize("inflight", ["1", "16"])
+async def test_burst_read_late_is_answered_in_order(
+        start_broker: Any, log_events: Any, inflight: str,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """librdkafka's pattern: thousands of tiny requests sent without waiting, responses read
+    later. The broker keeps taking requests while its writes are blocked (the whole burst is
+    sent long before the client reads a byte), and then answers every one, in order."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
+    client = await connect_small(running.port)
+    count = 10_000
+    burst = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(count))
+    assert len(burst) > 50 * SMALL_BUFFER  # far more than the kernel buffers can hold
+    sent_at: list[float] = []
+
+    async def send_burst() -> None:
+        await client.send_raw(burst)
+        sent_at.append(trio.current_time())
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_burst)
+        await trio.sleep(5)  # not reading: the broker's writes block after a few responses
+        assert sent_at, "the broker stopped reading while its writes were blocked"
+        assert sent_at[0] - start < 1
+        [connection] = connections(running)
+        assert connection.requests > 1
+        assert await read_correlations(client, count) == list(range(1, count + 1))
+    await client.aclose()
+    await log_events.wait_for("connection_closed", reason="client")
+    assert not log_events.events("connection_send_stalled")
+    assert_nothing_leaked(running)
+
+
+@pytest.mark.parametrize("inflight", ["1", "8"])
+async def test_peer_that_never_reads_is_closed_after_the_stall_bound(
+        start_broker: Any, log_events: Any, inflight: str,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A write with no byte accepted for socket.send.stall.timeout.ms closes the connection
+    with connection_send_stalled; what was read ahead is dropped with it."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "socket.send.stall.timeout.ms": "2000",
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
+    client = await connect_small(running.port)
+    burst = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(5000))
+    start = trio.current_time()
+    # The broker reads the burst ahead (its writes are blocked), stalls and closes; the client
+    # never reads a byte.
+    await client.send_raw(burst)
+    [stalled] = await log_events.wait_for("connection_send_stalled", timeout=10)
+    assert stalled["stalled_ms"] >= 2000
+    assert stalled["unsent_bytes"] > 0
+    [closed] = await log_events.wait_for("connection_closed", reason="send_stalled")
+    # The kernel may still take a few bytes shortly after the peer stops reading (its delayed
+    # ACKs run in real time while this clock jumps), which restarts the bound once or twice.
+    assert 2.0 <= closed["duration_ms"] / 1000 < 8.0
+    assert trio.current_time() - start < 8.0
+    await wait_for(lambda: not connections(running))
+    assert_nothing_leaked(running)
+    # What was sent before the close arrives whole, then the connection ends.
+    seen: list[int] = []
+    while (payload := await client.receive_frame()) is not None:
+        seen.append(correlation_of(payload))
+    assert seen == list(range(1, len(seen) + 1))
+    assert len(seen) < 5000
+
+
+async def test_slow_reader_is_not_a_stall(start_broker: Any, log_events: Any,
+                                          autojump_clock: trio.testing.MockClock) -> None:
+    """Progress is bytes accepted by the kernel: a reader far slower than the stall bound in
+    total, but reading every half second, gets every response."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "socket.send.stall.timeout.ms": "1000",
+                                  "connection.max.inflight.requests": "4"})
+    # The reader's receive buffer is big enough that each read reopens the window at once
+    # (with a tiny one the kernel waits for a real-time timer that this clock outruns).
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    await sock.connect(("127.0.0.1", running.port))
+    client = WireClient(trio.SocketStream(sock))
+    count = 4000
+    await client.send_raw(b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3)
+                                   for _ in range(count)))
+    start = trio.current_time()
+    seen: list[int] = []
+    while len(seen) < count:
+        payload = client._frames.next_frame()
+        if payload is not None:
+            seen.append(correlation_of(payload))
+            continue
+        await trio.sleep(0.5)  # a slow consumer: one read every half second
+        data = await client.stream.receive_some(1024 * 1024)
+        assert data, f"closed after {len(seen)} responses"
+        client._frames.feed(data)
+    assert seen == list(range(1, count + 1))
+    assert trio.current_time() - start > 5  # far longer than the 1 s stall bound
+    assert not log_events.events("connection_send_stalled")
+
+
+# ------------------------------------------------------------ connection.max.inflight.requests
+async def test_inflight_cap_fills_mutes_and_unmutes(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """With 4 in flight the fifth request is not read until a response has gone out; the
+    connection logs connection_muted (inflight) and connection_unmuted."""
+    running = await start_broker({"connection.max.inflight.requests": "4",
+                                  "num.io.threads": "8"})
+    client = await WireClient.connect(running.port)
+    await client.send_raw(b"".join(client.encode(METADATA, 12, METADATA_ALL_V12)
+                                   for _ in range(10)))
+    await wait_for(lambda: blocked_metadata.entered == 4)
+    await trio.sleep(1)
+    [connection] = connections(running)
+    assert blocked_metadata.entered == 4
+    assert connection.requests == 4
+    assert connection.requests_in_flight == 4
+    [muted] = log_events.events("connection_muted", reason="inflight")
+    assert muted["inflight"] == 4
+    blocked_metadata.release.set()
+    assert [(await client.receive())[0] for _ in range(10)] == list(range(1, 11))
+    assert connection.requests == 10
+    unmuted = log_events.events("connection_unmuted", reason="ready")
+    assert unmuted and unmuted[0]["muted_ms"] >= 1000
+
+
+async def test_shutdown_drains_every_request_read(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Graceful shutdown with requests in flight: each one read is answered, in order, before
+    the connection closes; nothing sent after the broker stopped reading is read."""
+    running = await start_broker({"connection.max.inflight.requests": "8",
+                                  "num.io.threads": "8"})
+    client = await WireClient.connect(running.port)
+    await client.send_raw(b"".join(client.encode(METADATA, 12, METADATA_ALL_V12)
+                                   for _ in range(6)))
+    await wait_for(lambda: blocked_metadata.entered == 6)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(running.shutdown)
+        await log_events.wait_for("shutdown_step", step="processors_stopped_reading")
+        await client.send(METADATA, 12, METADATA_ALL_V12)  # too late: never read
+        await trio.sleep(0.5)
+        assert blocked_metadata.entered == 6
+        blocked_metadata.release.set()
+        assert [(await client.receive())[0] for _ in range(6)] == list(range(1, 7))
+        assert await client.closed_by_peer()
+    step = log_events.events("shutdown_step", step="in_flight_requests_finished")
+    assert step, "the drain timed out instead of finishing"
+    [closed] = log_events.events("connection_closed")
+    assert closed["reason"] == "shutdown"
+    assert closed["requests"] == 6
+
+
+async def test_serial_shutdown_does_not_cut_a_blocked_write(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """One request in flight: shutdown while a response write is blocked lets that write finish
+    (the client reads late) instead of cutting the frame."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS})
+    client = await connect_small(running.port)
+    count = 3000
+    await client.send_raw(b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3)
+                                   for _ in range(count)))
+    await trio.sleep(1)  # the broker is blocked writing responses nobody reads yet
+    [connection] = connections(running)
+    answered_before = connection.requests
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(running.shutdown)
+        await log_events.wait_for("shutdown_step", step="processors_stopped_reading")
+        seen = []
+        while (payload := await client.receive_frame()) is not None:
+            seen.append(correlation_of(payload))
+    # Every response sent is whole and in order; the one being written when the broker stopped
+    # reading was completed.
+    assert seen == list(range(1, len(seen) + 1))
+    assert len(seen) >= answered_before
+    [closed] = log_events.events("connection_closed")
+    assert closed["reason"] == "shutdown"
+    assert closed["requests"] == len(seen)
+
+
+@pytest.mark.parametrize("inflight", ["1", "8"])
+async def test_peer_reset_mid_write_closes_cleanly(
+        start_broker: Any, log_events: Any, inflight: str,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The writer fails (the peer resets while responses are being written): the connection
+    closes as the client's doing, every request is counted, and nothing is left behind."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
+    client = await connect_small(running.port)
+    count = 3000
+    await client.send_raw(b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3)
+                                   for _ in range(count)))
+    await trio.sleep(1)  # responses pile up unread; the broker's write is blocked
+    [connection] = connections(running)
+    assert connection.requests_in_flight > 0
+    # SO_LINGER 0: close sends RST, as a crashed client's kernel does.
+    client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                    struct.pack("ii", 1, 0))
+    client.stream.socket.close()
+    [closed] = await log_events.wait_for("connection_closed")
+    assert closed["reason"] == "client"
+    assert "failed" in closed["detail"]
+    await wait_for(lambda: not connections(running))
+    # Every request read was completed once: answered, or dropped with its connection.
+    await wait_for(lambda: len(log_events.events("request")) == closed["requests"])
+    assert_nothing_leaked(running)
+
+
+# ------------------------------------------------------------ socket buffer keys
+async def test_socket_buffer_keys_minus_one_leave_the_os_default(start_broker: Any) -> None:
+    """Kafka's -1: the option is not set, so the accepted socket has the kernel's own sizing,
+    the same as the client's untouched socket; a value is set on every accepted socket (Linux
+    reports twice what was asked)."""
+    for value in ["-1", "102400"]:
+        running = await start_broker({"socket.receive.buffer.bytes": value,
+                                      "socket.send.buffer.bytes": value})
+        client = await WireClient.connect(running.port)
+        await wait_for(lambda r=running: len(connections(r)) == 1)  # type: ignore[misc]
+        [connection] = connections(running)
+        broker_side, client_side = connection.stream.socket, client.stream.socket
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            got = broker_side.getsockopt(socket.SOL_SOCKET, option)
+            if value == "-1":
+                assert got == client_side.getsockopt(socket.SOL_SOCKET, option)
+                assert got != 2 * 102400
+            else:
+                assert got == 2 * 102400
+        await client.aclose()
+        await running.shutdown()
