@@ -4,9 +4,9 @@ Runs each benchmark, prints a table of figures with their in-run baselines and r
 the same as JSON. A benchmark that fails is reported (with the reason) and the others still run.
 
 Exit status: 1 when a benchmark failed; with ``--strict`` also when a figure missed its target
-(``met: NO``, or no value where a target was set); else 0. ``--quick`` runs every benchmark at a
-tiny size (seconds in all): the figures mean nothing, it proves that the benchmarks still run
-(``tests/test_bench_smoke.py`` runs it with the test suite).
+(``met: NO``, or no value where a target was set); else 0. ``--quick`` runs the benchmarks at a
+tiny size (the default set in seconds): the figures mean nothing, it proves that the benchmarks
+still run (``tests/test_bench_smoke.py`` runs it with the test suite).
 """
 
 from __future__ import annotations
