@@ -54,7 +54,7 @@ def profile(quick: bool, profile_to: Path) -> BenchResult:
 
 
 def run(quick: bool) -> BenchResult:
-    warmup, duration = (0.3, 1.5) if quick else (0.5, 3.0)
+    warmup, duration = (0.1, 0.3) if quick else (0.5, 3.0)
     result = BenchResult("small_requests")
     errors: list[int] = []
     quiet = {"logging.metrics.snapshot.interval.ms": "0"}

@@ -78,7 +78,7 @@ def produce_one_per_request(bootstrap: str, topic: str, count: int, timeout: flo
 
 
 def run(quick: bool) -> BenchResult:
-    rounds, bulk, one_per_request = (3, 20_000, 5_000) if quick else (20, 100_000, 20_000)
+    rounds, bulk, one_per_request = (2, 5_000, 2_000) if quick else (20, 100_000, 20_000)
     result = BenchResult("stall")
     times: list[float] = []
     failures: list[str] = []

@@ -65,7 +65,7 @@ def _one_start(workdir: Path) -> tuple[float, float, float | None]:
 
 
 def run(quick: bool) -> BenchResult:
-    runs = 3 if quick else 7
+    runs = 1 if quick else 7
     result = BenchResult("startup")
     bare = [_spawn_to_exit("pass") for _ in range(runs)]
     trio_import = [_spawn_to_exit("import trio") for _ in range(runs)]

@@ -211,7 +211,7 @@ def _run_on_broker(broker: BrokerLauncher, count: int, acks_modes: tuple[str, ..
 
 
 def run(quick: bool, profile_to: Path | None = None) -> BenchResult:
-    count = 50_000 if quick else 200_000
+    count = 2_000 if quick else 200_000
     result = BenchResult("throughput" if profile_to is None else "profile")
     acks_modes = ("1",) if profile_to is not None else ("1", "all")
     overrides = {"logging.metrics.snapshot.interval.ms": "0"}

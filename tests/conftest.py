@@ -37,9 +37,13 @@ class CapturedLog:
     def __init__(self, stream: io.StringIO) -> None:
         self._stream = stream
 
-    def lines(self) -> list[dict[str, Any]]:
+    def text(self) -> str:
+        """The raw JSON lines (cheap to search before parsing)."""
         log.flush()
-        return [json.loads(line) for line in self._stream.getvalue().splitlines() if line]
+        return self._stream.getvalue()
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.text().splitlines() if line]
 
     def events(self, name: str, **match: Any) -> list[dict[str, Any]]:
         return [e for e in self.lines()

@@ -3,6 +3,7 @@ SocketServerTest (names in the docstrings), with the autojump clock where time m
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
 
@@ -228,7 +230,8 @@ async def test_one_request_in_flight_per_connection(
     client = await WireClient.connect(running.port)
     await client.send_raw(client.encode(METADATA, 12, METADATA_ALL_V12)
                           + client.encode(METADATA, 12, METADATA_ALL_V12))
-    await trio.sleep(0.2)
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    await trio.testing.wait_all_tasks_blocked()  # the broker did all it would do
     assert blocked_metadata.entered == 1
     channel = running.app.socket_server.data_plane_channel
     assert channel.queue_size == 0
@@ -243,8 +246,9 @@ async def test_full_request_channel_stops_readers(
     clients = [await WireClient.connect(running.port) for _ in range(5)]
     for client in clients:
         await client.send(METADATA, 12, METADATA_ALL_V12)
-    await trio.sleep(0.2)
     server = running.app.socket_server
+    await wait_for(lambda: server.data_plane_channel.queue_size == 2)
+    await trio.testing.wait_all_tasks_blocked()  # the broker did all it would do
     assert blocked_metadata.entered == 1          # the one handler is busy
     assert server.data_plane_channel.queue_size == 2  # the channel is full
     blocked_metadata.release.set()
@@ -260,12 +264,12 @@ async def test_memory_pool_mutes_until_released(
     pool = running.app.socket_server.memory_pool
     first, second = [await WireClient.connect(running.port) for _ in range(2)]
     await first.send(METADATA, 12, METADATA_ALL_V12)
-    await trio.sleep(0.1)
+    await wait_for(lambda: blocked_metadata.entered == 1)
     pool.try_allocate(pool.available)  # use up what is left: the next frame must wait
     await second.send(METADATA, 12, METADATA_ALL_V12)
-    await trio.sleep(0.1)
+    await log_events.wait_for("connection_muted", reason="memory")
+    await trio.testing.wait_all_tasks_blocked()
     assert blocked_metadata.entered == 1
-    assert log_events.events("connection_muted", reason="memory")
     blocked_metadata.release.set()
     await first.receive()
     pool.release(100)
@@ -355,10 +359,10 @@ async def test_max_connections_waits_for_a_free_slot(start_broker: Any, log_even
         await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
     third = await WireClient.connect(running.port)  # completes in the kernel's backlog
     await third.send(API_VERSIONS, 3, API_VERSIONS_V3)
-    with trio.move_on_after(0.3) as waited:
-        await third.receive()
-    assert waited.cancelled_caught
+    await trio.testing.wait_all_tasks_blocked()  # the broker did all it would do
+    assert not readable(third), "answered beyond max.connections"
     await first.aclose()
+    await wait_for(lambda: readable(third))
     await third.receive()
     assert log_events.events("acceptor_blocked", reason="max_connections")
 
@@ -369,9 +373,8 @@ async def test_listener_max_connections(start_broker: Any) -> None:
     await first.request(API_VERSIONS, 3, API_VERSIONS_V3)
     second = await WireClient.connect(running.port)
     await second.send(API_VERSIONS, 3, API_VERSIONS_V3)
-    with trio.move_on_after(0.3) as waited:
-        await second.receive()
-    assert waited.cancelled_caught
+    await trio.testing.wait_all_tasks_blocked()  # the broker did all it would do
+    assert not readable(second), "answered beyond the listener's max.connections"
     await first.aclose()
     await second.receive()
 
@@ -393,7 +396,7 @@ async def test_sockets_close_on_shutdown(start_broker: Any, log_events: Any) -> 
 
 
 async def test_shutdown_finishes_in_flight_requests(
-        start_broker: Any, blocked_metadata: BlockedHandler) -> None:
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any) -> None:
     """Shutdown stops reading but answers what was read, within the graceful deadline."""
     running = await start_broker()
     client = await WireClient.connect(running.port)
@@ -401,7 +404,7 @@ async def test_shutdown_finishes_in_flight_requests(
     await wait_for(lambda: blocked_metadata.entered == 1)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(running.shutdown)
-        await trio.sleep(0.1)
+        await log_events.wait_for("shutdown_step", step="processors_stopped_reading")
         blocked_metadata.release.set()
         correlation, _ = await client.receive()
     assert correlation == 1
@@ -487,6 +490,16 @@ async def wait_for(condition: Any, timeout: float = 5.0) -> None:
             await trio.sleep(0.01)
 
 
+def readable(client: WireClient) -> bool:
+    """Whether the broker has sent anything (or closed) on this connection, without waiting."""
+    with socket.socket(fileno=os.dup(client.stream.socket.fileno())) as sock:
+        try:
+            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+    return True
+
+
 async def test_handler_error_is_answered_and_costs_no_connection(
         start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
     """sendErrorOrCloseConnection: a failing handler's request gets the API's error response
@@ -522,7 +535,7 @@ async def test_remote_close_send_failure(start_broker: Any, blocked_metadata: Bl
     client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                     struct.pack("ii", 1, 0))  # RST on close
     await client.aclose()
-    await trio.sleep(0.05)
+    await trio.testing.wait_all_tasks_blocked()
     blocked_metadata.release.set()
     closed = await log_events.wait_for("connection_closed")
     assert closed[0]["reason"] == "client"
@@ -567,13 +580,53 @@ async def test_no_op_action_lets_the_next_request_through(broker: Any, log_event
 
 
 async def test_listen_backlog(start_broker: Any) -> None:
-    """testListenBacklogSize: connections beyond what is accepted wait in the backlog."""
-    running = await start_broker({"socket.listen.backlog.size": "128", "max.connections": "1"})
+    """testListenBacklogSize: the listener's backlog is socket.listen.backlog.size, and
+    connections beyond what the broker accepts wait in it, answered once a slot frees."""
+    running = await start_broker({"socket.listen.backlog.size": "37", "max.connections": "1"})
+    assert listen_queue(running.port) == (0, 37)
     first = await WireClient.connect(running.port)
     await first.request(API_VERSIONS, 3, API_VERSIONS_V3)
-    waiting = [await WireClient.connect(running.port) for _ in range(100)]  # all connect
+    waiting = [await WireClient.connect(running.port) for _ in range(30)]  # all connect
+    for client in waiting:
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    # All 30 wait in the kernel's accept queue: the acceptor takes none until a slot frees.
+    await wait_for(lambda: listen_queue(running.port) == (30, 37))
+    await trio.testing.wait_all_tasks_blocked()  # the broker did all it would do
+    assert listen_queue(running.port) == (30, 37)
+    assert not any(readable(client) for client in waiting)
     await first.aclose()
-    await waiting[0].request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await waiting[0].receive()
+    await waiting[0].aclose()
+    await waiting[1].receive()
+
+
+def listen_queue(port: int) -> tuple[int, int]:
+    """``(connections waiting to be accepted, backlog)`` of the IPv4 TCP listener on ``port``, as
+    the kernel reports them over sock_diag netlink (what ``ss -ltn`` shows as Recv-Q/Send-Q)."""
+    netlink_sock_diag, sock_diag_by_family, nlmsg_done, nlmsg_error = 4, 20, 3, 2
+    tcp_listen = 10
+    request = struct.pack("=BBBxI", socket.AF_INET, socket.IPPROTO_TCP, 0, 1 << tcp_listen)
+    request += bytes(48)  # struct inet_diag_sockid: no filter, every listener is dumped
+    header = struct.pack("=IHHII", 16 + len(request), sock_diag_by_family,
+                         0x1 | 0x300, 1, 0)  # NLM_F_REQUEST | NLM_F_DUMP
+    found: tuple[int, int] | None = None
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, netlink_sock_diag) as netlink:
+        netlink.sendto(header + request, (0, 0))
+        while True:
+            data = netlink.recv(1 << 16)
+            offset = 0
+            while offset < len(data):
+                length, kind = struct.unpack_from("=IH", data, offset)
+                if kind == nlmsg_done:
+                    assert found is not None, f"no listener on port {port}"
+                    return found
+                assert kind != nlmsg_error, "sock_diag request refused"
+                # struct inet_diag_msg: 4 bytes, then the socket id (source port first, big
+                # endian), expires, rqueue (accept queue length), wqueue (backlog).
+                (source_port,) = struct.unpack_from(">H", data, offset + 16 + 4)
+                if source_port == port:
+                    found = struct.unpack_from("=II", data, offset + 16 + 56)
+                offset += (length + 3) & ~3
 
 
 async def test_response_encoding_failure_is_answered_with_the_error_response(
