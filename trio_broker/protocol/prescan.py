@@ -69,7 +69,8 @@ class _Malformed(Exception):
         return f"{out or '<body>'}: {self.what}"
 
 
-#: An edit of the frame: replace ``frame[start:end]`` with ``data`` (unknown tags stripped).
+#: An edit of the frame: replace ``frame[start:end]`` with ``data`` (unknown tags stripped,
+#: out-of-range durations clamped).
 Edit = tuple[int, int, bytes]
 #: ``scan(buf, pos, end, edits) -> new pos``; reads nothing at or beyond ``end``.
 Scan = Callable[[bytes, int, int, list[Edit]], int]
@@ -84,6 +85,9 @@ _FIXED_SIZES: Final = {
 }
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+#: The largest magnitude kio reads as a ``timedelta`` (int64 microseconds); Kafka takes any int64.
+TIMEDELTA_I64_LIMIT_MS: Final = (2**63 - 1) // 1000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -145,6 +149,20 @@ def _fixed_run(names: tuple[str, ...], sizes: tuple[int, ...]) -> Scan:
         return new
 
     return scan
+
+
+def _timedelta_i64(buf: bytes, pos: int, end: int, edits: list[Edit]) -> int:
+    """An int64 duration in ms. Kafka accepts any value (OffsetCommit v2-v4 ``retention_time``,
+    where ``Long.MAX_VALUE`` means "keep"); kio cannot represent beyond ±292,471 years, so such a
+    value is clamped to that bound in the copy kio reads: the same meaning, no refused request."""
+    new = pos + 8
+    if new > end:
+        raise _Malformed(f"needs 8 bytes, {max(end - pos, 0)} remain")
+    (value,) = _INT64.unpack_from(buf, pos)
+    if not -TIMEDELTA_I64_LIMIT_MS <= value <= TIMEDELTA_I64_LIMIT_MS:
+        clamped = TIMEDELTA_I64_LIMIT_MS if value > 0 else -TIMEDELTA_I64_LIMIT_MS
+        edits.append((pos, new, _INT64.pack(clamped)))
+    return new
 
 
 def _length_prefixed(kind: str, compact: bool, wide: bool, nullable: bool,
@@ -333,6 +351,9 @@ def compile_schema(schema: type, nullable: bool = False) -> Compiled:
 
 
 def _compile_primitive(kafka_type: str, flexible: bool, optional: bool) -> Compiled:
+    if kafka_type == "timedelta_i64":
+        # Fixed in size but not in what kio accepts: a step of its own, never in a fixed run.
+        return Compiled(_timedelta_i64, 8)
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
         # Nullability of a fixed-size primitive (uuid, datetime) is in its value, not its size.
@@ -496,6 +517,13 @@ class _Generator:
         optional = is_optional(field)
         field_class = classify_field(field)
         match field_class:
+            case PrimitiveField() if get_schema_field_type(field) == "timedelta_i64":
+                return [
+                    f"{ind}if pos + 8 > end: raise _Slow",
+                    f"{ind}if not -{TIMEDELTA_I64_LIMIT_MS} <= _INT64.unpack_from(buf, pos)[0]"
+                    f" <= {TIMEDELTA_I64_LIMIT_MS}: raise _Slow",
+                    f"{ind}pos += 8",
+                ]
             case PrimitiveField():
                 return self._length_prefixed(get_schema_field_type(field), flexible, optional, ind)
             case EntityField(entity):
@@ -569,7 +597,7 @@ def _fast_check(schema: type) -> Callable[[bytes, int, int], int]:
         generator = _Generator()
         entry = generator.entity(schema)
         namespace: dict[str, Any] = {"_Slow": _Slow, "_fast_uvarint": _fast_uvarint,
-                                     "_INT16": _INT16, "_INT32": _INT32}
+                                     "_INT16": _INT16, "_INT32": _INT32, "_INT64": _INT64}
         exec("\n\n".join(generator.sources), namespace)  # noqa: S102 - our own generated code
         check = _FAST[schema] = namespace[entry]
     return check
