@@ -14,12 +14,11 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
-from trio_broker.server import registry
+from tests.network.conftest import BlockedHandler
 
 API_VERSIONS, METADATA = 18, 3
 SMALL_BUFFER = 4096
@@ -67,28 +66,6 @@ def assert_nothing_leaked(running: Any) -> None:
     assert server.connection_count == 0
     assert server.memory_pool.used == 0
     assert server.response_queue_size == 0
-
-
-@attrs.define
-class BlockedHandler:
-    """Metadata's handler behind a gate the test opens."""
-
-    inner: Any
-    release: trio.Event = attrs.field(factory=trio.Event)
-    entered: int = 0
-
-    async def handle(self, ctx: Any, body: Any) -> Any:
-        self.entered += 1
-        await self.release.wait()
-        return await self.inner(ctx, body)
-
-
-@pytest.fixture
-def blocked_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
-    original = registry.handlers()[METADATA]
-    blocked = BlockedHandler(original.handle)
-    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
-    return blocked
 
 
 # ------------------------------------------------------------ late readers and stalled peers

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
 
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
+from tests.network.conftest import BlockedHandler
 from trio_broker.protocol.codec import encode_request
 from trio_broker.server import registry
 
@@ -186,28 +187,6 @@ async def test_activity_moves_the_idle_deadline(start_broker: Any,
     for _ in range(5):
         await trio.sleep(0.8)
         await client.request(API_VERSIONS, 3, API_VERSIONS_V3)  # still open after 4 s in total
-
-
-@attrs.define
-class BlockedHandler:
-    """Metadata's handler behind a gate: a slow back end the test releases."""
-
-    inner: Any
-    release: trio.Event = attrs.field(factory=trio.Event)
-    entered: int = 0
-
-    async def handle(self, ctx: Any, body: Any) -> Any:
-        self.entered += 1
-        await self.release.wait()
-        return await self.inner(ctx, body)
-
-
-@pytest.fixture
-def blocked_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
-    original = registry.handlers()[METADATA]
-    blocked = BlockedHandler(original.handle)
-    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
-    return blocked
 
 
 async def test_idle_expiry_applies_to_muted_connections(

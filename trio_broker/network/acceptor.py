@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 
 from ..observability.log import emit
-from .processor import Processor
+from .processor import Processor, ProcessorServer
 from .quotas import ConnectionThrottled, TooManyConnections
-
-if TYPE_CHECKING:
-    from ..config import BrokerConfig
-    from ..observability.metrics import BrokerMetrics
-    from .quotas import ConnectionQuotas
 
 # accept() errors that concern one connection or a passing shortage, not the listener (trio's
 # serve_listeners makes the same distinction).
@@ -49,21 +44,9 @@ async def open_listening_socket(host: str | None, port: int, *, backlog: int,
     return sock
 
 
-class AcceptorServer(Protocol):
-    """What an acceptor uses of the socket server that owns it (the layer above)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def quotas(self) -> ConnectionQuotas: ...
-
-    @property
-    def metrics(self) -> BrokerMetrics: ...
-
-    def connection_closed_early(self, listener: str, ip: str, reason: str, detail: str = ""
-                                ) -> None:
-        """A socket closed before it became a connection."""
+class AcceptorServer(ProcessorServer, Protocol):
+    """What an acceptor uses of the socket server that owns it (the layer above): exactly what
+    its processors use (configuration, quotas, metrics, early-close bookkeeping)."""
 
 
 class Acceptor:
