@@ -79,6 +79,47 @@ def profile_table(raw: Path, requests: int, cpu: float, limit: int = 45) -> list
     return lines
 
 
+#: Parts of the request path, matched from the innermost frame outwards (first match wins).
+PARTS = (
+    ("request log line", ("observability/log.py:emit",)),
+    ("request metrics", ("observability/metrics.py:BrokerMetrics.observe_request",)),
+    ("response encoding (kio)", ("protocol/codec.py:encode_response",)),
+    ("request decoding (pre-scan + kio)", ("protocol/codec.py:decode_request",)),
+    ("storage append", ("storage/manager.py:LogManager.append",)),
+    ("produce handler, rest", ("handlers/produce.py:",)),
+    ("handler pool, rest", ("server/handler_pool.py:",)),
+    ("socket send", ("trio/_highlevel_socket.py:SocketStream.send_all",)),
+    ("socket receive", ("trio/_highlevel_socket.py:SocketStream.receive_some",)),
+    ("connection and request channel, rest", ("network/",)),
+    ("log writer thread", ("observability/log.py:LineWriter",)),
+    ("trio scheduler and I/O wait bookkeeping", ("_core/",)),
+)
+
+
+def profile_parts(raw: Path) -> dict[str, int]:
+    """Samples per part of the request path (see :data:`PARTS`), plus ``total``."""
+    parts: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text(encoding="utf-8", errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        frames = [_frame_name(f) for f in stack.split(";")[1:]]
+        if frames and frames[-1] in IDLE_LEAVES:
+            continue
+        count = int(count_text)
+        parts["total"] += count
+        for frame in reversed(frames):
+            found = next((name for name, patterns in PARTS
+                          if any(frame.startswith(p) or f"/{p}" in f"/{frame}"
+                                 for p in patterns)), None)
+            if found:
+                parts[found] += count
+                break
+        else:
+            parts["other"] += count
+    return dict(parts)
+
+
 def run_once(count: int, overrides: dict[str, str], spy_out: Path | None) -> tuple[float, float]:
     """(requests/s, broker µs CPU per request) for ``count`` one-record requests."""
     settings = {"logging.metrics.snapshot.interval.ms": "0", **overrides}
@@ -121,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
         if args.py_spy is not None:
             print("\n".join(profile_table(args.py_spy, args.count, cpu_us * args.count / 1e6)))
+            parts = profile_parts(args.py_spy)
+            print("by part of the request path (µs of broker CPU per request):")
+            for name, count in sorted(parts.items(), key=lambda item: -item[1]):
+                if name != "total":
+                    print(f"  {cpu_us * count / parts['total']:6.1f}  {name}")
     return 0
 
 
