@@ -130,6 +130,8 @@ def run_once(count: int, overrides: dict[str, str], spy_out: Path | None) -> tup
         spy = None
         if spy_out is not None:
             py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            if not Path(py_spy).exists():
+                raise SystemExit("--py-spy needs py-spy (pip install py-spy)")
             spy = subprocess.Popen([py_spy, "record", "--pid", str(broker.pid), "--format", "raw",
                                     "--rate", "250", "--output", str(spy_out), "--threads"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
