@@ -38,6 +38,7 @@ BENCHMARKS = {
     "throughput": True,
     "stall": True,  # 20 rounds of bulk + one-record produce: no connection may stall
     "fuzz": False,  # opt-in (--only fuzz): a million frames
+    "reference": True,  # the same client script against Tansu (a Rust broker) in the same run
 }
 
 

@@ -166,7 +166,7 @@ class BrokerLauncher:
         """True once the broker has logged ``broker_ready``."""
         try:
             with open(self.log_path, "rb") as log_file:
-                return b'"event": "broker_ready"' in log_file.read()
+                return b'"event":"broker_ready"' in log_file.read()
         except FileNotFoundError:
             return False
 

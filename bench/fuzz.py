@@ -118,7 +118,7 @@ def _log_events(log_path: Path, names: set[str]) -> list[dict[str, Any]]:
     for path in sorted(log_path.parent.glob(log_path.name + "*")):
         with open(path, encoding="utf-8") as lines:
             for line in lines:
-                if any(f'"event": "{n}"' in line for n in names):
+                if any(f'"event":"{n}"' in line for n in names):
                     found.append(json.loads(line))
     return found
 

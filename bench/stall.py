@@ -106,7 +106,7 @@ def run(quick: bool) -> BenchResult:
             result.details.append(line)
         time.sleep(0.5)  # the broker's log writer flushes on a short interval
         stalled = broker.log_path.read_text(encoding="utf-8").count(
-            '"event": "connection_send_stalled"')
+            '"event":"connection_send_stalled"')
     pruning = counter_delta(before, tcp_counters())
     slowest = max(times) if times else None
     result.figures += [

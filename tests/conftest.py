@@ -198,7 +198,7 @@ class BrokerProcess:
     def _count_ready(self) -> int:
         if not self.log_path.exists():
             return 0
-        return self.log_path.read_text(encoding="utf-8").count('"event": "broker_ready"')
+        return self.log_path.read_text(encoding="utf-8").count('"event":"broker_ready"')
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, as an operator stops it; returns the exit status."""

@@ -114,9 +114,10 @@ class BrokerApp:
         client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas, config)
         self.metrics.watch_quotas(client_quotas.managers)
         await trio.to_thread.run_sync(client_quotas.load)
+        self.metrics.watch_logs(log_manager)
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
-                        client_quotas=client_quotas)
+                        client_quotas=client_quotas, topic_metrics=self.metrics.topics)
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)
         server = self.socket_server

@@ -6,6 +6,7 @@ import attrs
 
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
+from ..observability.metrics import BrokerTopicMetrics
 from ..storage.manager import LogManager
 from .client_quotas import ClientQuotas
 from .purgatory import Purgatory
@@ -33,6 +34,8 @@ class Broker:
     advertised: dict[str, Endpoint] = attrs.field(factory=dict)
     #: Where parked (delayed) operations wait; its tasks run while the broker runs.
     purgatory: Purgatory = attrs.field(factory=Purgatory)
+    #: Kafka's BrokerTopicMetrics, counted by the produce and fetch handlers.
+    topic_metrics: BrokerTopicMetrics = attrs.field(factory=BrokerTopicMetrics)
 
     @property
     def node_id(self) -> int:

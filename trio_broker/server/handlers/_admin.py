@@ -57,8 +57,19 @@ def _field_names(cls: type[Any]) -> frozenset[str]:
     return names
 
 
+#: Per (class, names given), whether every given name is a field of the class: then the values
+#: pass as they are (the common case, and on the per-request path of Produce and Fetch).
+_ALL_FIELDS: dict[tuple[type[Any], tuple[str, ...]], bool] = {}
+
+
 def build(cls: type[Any], **values: Any) -> Any:
     """Instantiate a kio dataclass with the given values that this version has; drop the rest."""
+    key = (cls, tuple(values))
+    fits = _ALL_FIELDS.get(key)
+    if fits is None:
+        fits = _ALL_FIELDS[key] = _field_names(cls).issuperset(values)
+    if fits:
+        return cls(**values)
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
 

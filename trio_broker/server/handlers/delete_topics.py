@@ -84,6 +84,7 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                     topic_id = info.topic_id
                     try:
                         lm.delete_topic(name)
+                        ctx.broker.topic_metrics.forget(name)
                     except Exception as exc:  # StorageError and unexpected errors, per topic
                         code, message = error_of(exc)
         results.append(build(module.DeletableTopicResult, name=name, topic_id=topic_id,

@@ -30,6 +30,46 @@ MAX_VERSION = 12
 READ_COMMITTED = 1
 
 
+#: Errors Kafka's ``ReplicaManager.readFromLocalLog`` treats as expected: answered, but not
+#: counted in FailedFetchRequestsPerSec (only unexpected errors are).
+_EXPECTED_FETCH_ERRORS = frozenset({
+    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
+    ErrorCode.offset_out_of_range, ErrorCode.kafka_storage_error,
+    ErrorCode.replica_not_available, ErrorCode.unknown_leader_epoch,
+    ErrorCode.fenced_leader_epoch,
+})
+
+
+def _count_requests(ctx: RequestContext, topics: Any) -> None:
+    """TotalFetchRequestsPerSec and FailedFetchRequestsPerSec, once per topic-partition of the
+    request's first read (Kafka counts in ``readFromLocalLog``), for the topic and all topics.
+    Topics this broker does not host are not counted, so a client's typo makes no series."""
+    stats = ctx.broker.topic_metrics
+    every = stats.all_topics
+    hosted = ctx.broker.log_manager.topics if ctx.broker.log_manager is not None else {}
+    for topic in topics:
+        if topic.topic not in hosted:
+            continue
+        counts = stats.topic(topic.topic)
+        for part in topic.partitions:
+            counts.total_fetch_requests += 1
+            every.total_fetch_requests += 1
+            if (part.error_code is not ErrorCode.none
+                    and part.error_code not in _EXPECTED_FETCH_ERRORS):
+                counts.failed_fetch_requests += 1
+                every.failed_fetch_requests += 1
+
+
+def _count_bytes_out(ctx: RequestContext, topics: Any) -> None:
+    """BytesOutPerSec: the record bytes of a response that is sent, per topic and all topics."""
+    stats = ctx.broker.topic_metrics
+    for topic in topics:
+        size = sum(len(part.records or b"") for part in topic.partitions)
+        if size:
+            stats.topic(topic.topic).bytes_out += size
+            stats.all_topics.bytes_out += size
+
+
 def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int
               ) -> tuple[Any, int, bool]:
     """Read every requested partition now: ``(topic responses, bytes, any error)``."""
@@ -89,6 +129,7 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
             # not charged), so the client backs off and fetches them after the throttle.
             response = build(module.FetchResponse, throttle_time=throttle(ctx),
                              error_code=ErrorCode.none, session_id=0, responses=())
+        _count_bytes_out(ctx, response.responses)
         return response
 
     session_id = int(getattr(body, "session_id", 0))
@@ -101,6 +142,7 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         window_bytes = quotas.managers.fetch.max_value_in_window(ctx.user, ctx.client_id)
         max_bytes = int(min(max_bytes, window_bytes))
     topics, total, errors = _read_all(ctx, body, module, max_bytes)
+    _count_requests(ctx, topics)
     min_bytes = min(int(body.min_bytes), max_bytes)
     max_wait_s = body.max_wait.total_seconds()
     if total >= min_bytes or errors or max_wait_s <= 0 or not body.topics:

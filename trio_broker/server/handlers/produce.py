@@ -37,25 +37,63 @@ def _single_batch_problem(records: bytes) -> str | None:
     return None
 
 
+#: Errors Kafka's ``ReplicaManager.appendToLocalLog`` treats as expected: they are answered
+#: but do not count in FailedProduceRequestsPerSec (only validation failures and unexpected
+#: errors do).
+_EXPECTED_PRODUCE_ERRORS = frozenset({
+    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
+    ErrorCode.record_list_too_large, ErrorCode.message_too_large,
+    ErrorCode.corrupt_message, ErrorCode.kafka_storage_error,
+    ErrorCode.invalid_topic_exception, ErrorCode.invalid_required_acks,
+})
+
+
 async def _append_one(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
                       transactional: bool) -> tuple[ErrorCode, str | None, int, int, int]:
-    """``(error, message, base_offset, log_append_time, log_start_offset)``."""
+    """``(error, message, base_offset, log_append_time, log_start_offset)``; counts the topic's
+    BrokerTopicMetrics (TotalProduceRequests, BytesIn, MessagesIn, FailedProduceRequests) as
+    Kafka's ``appendToLocalLog`` does, for the topic and all topics."""
+    stats = ctx.broker.topic_metrics
+    counts, every = stats.topic(topic), stats.all_topics
+    counts.total_produce_requests += 1
+    every.total_produce_requests += 1
+    result = await _append_checked(ctx, topic, partition, records, transactional)
+    code = result[0]
+    if code is ErrorCode.none:
+        assert records is not None
+        size = len(records)
+        counts.bytes_in += size
+        every.bytes_in += size
+        appended = result[5]
+        counts.messages_in += appended
+        every.messages_in += appended
+    elif code not in _EXPECTED_PRODUCE_ERRORS:
+        counts.failed_produce_requests += 1
+        every.failed_produce_requests += 1
+    return result[:5]
+
+
+async def _append_checked(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+                          transactional: bool
+                          ) -> tuple[ErrorCode, str | None, int, int, int, int]:
+    """As :func:`_append_one`, plus the number of records appended (0 for a duplicate)."""
     lm = ctx.broker.log_manager
     if records is None:
-        return ErrorCode.invalid_record, "Produce request without records", -1, -1, -1
+        return ErrorCode.invalid_record, "Produce request without records", -1, -1, -1, 0
     if transactional:
         return (ErrorCode.transactional_id_authorization_failed,
-                "Transactions are not supported by this broker", -1, -1, -1)
+                "Transactions are not supported by this broker", -1, -1, -1, 0)
     problem = _single_batch_problem(records)
     if problem is not None:
-        return ErrorCode.invalid_record, problem, -1, -1, -1
+        return ErrorCode.invalid_record, problem, -1, -1, -1, 0
     try:
         result = await lm.append(topic, partition, records)
     except Exception as exc:  # StorageError carries the code; anything else is a server error
         code, message = error_of(exc)
-        return code, message, -1, -1, -1
+        return code, message, -1, -1, -1, 0
+    appended = 0 if result.duplicate else result.last_offset - result.base_offset + 1
     return ErrorCode.none, None, result.base_offset, result.log_append_time, \
-        result.log_start_offset
+        result.log_start_offset, appended
 
 
 @api_handler(PRODUCE, MIN_VERSION, MAX_VERSION)
