@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
         if created:
             spark.stop()
     summary = result.summary
-    print(f"{summary['lines']} lines ({summary['malformed_lines']} malformed), "
+    print(f"{summary['lines']} lines ({summary['unusable_lines']} unusable), "
           f"{summary['requests']} requests, "
           f"{sum(summary['rejected_connections'].values())} refused connections; "
           f"report: {out / 'report.html'}")
