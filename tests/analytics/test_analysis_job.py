@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import subprocess
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -371,3 +373,44 @@ def test_example_ad_hoc_query(spark: Any, scenario_logs: list[Path], raw: list[d
     assert example.main([str(scenario_logs[0].parent), "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "p95_total_ms" in out and f"{len(MALFORMED_LINES) + 1} unusable line(s)" in out
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={profile}", "--hide-scrollbars", *args],
+        capture_output=True, text=True, timeout=90, check=False)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("width", [1400, 390])
+def test_report_renders_in_a_browser(analysis: AnalysisResult, tmp_path: Path,
+                                     width: int) -> None:
+    """Chromium lays the report out at desktop and phone width: the page itself never scrolls
+    sideways (wide tables scroll inside their box), and a screenshot is taken."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    page = (analysis.out / "report.html").read_text(encoding="utf-8")
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", "<script>document.title = 'W' + "
+                                  "document.documentElement.scrollWidth + 'x' + innerWidth"
+                                  "</script></body>"), encoding="utf-8")
+    done = _headless(browser, tmp_path / "profile", f"--window-size={width},900",
+                     "--dump-dom", probe.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    match = re.search(r"<title>W(\d+)x(\d+)</title>", done.stdout)
+    assert match, done.stdout[:500]
+    scroll_width, view_width = int(match.group(1)), int(match.group(2))
+    assert scroll_width <= view_width, (scroll_width, view_width)
+    shot = analysis.out / f"report-{width}.png"
+    done = _headless(browser, tmp_path / "profile2", f"--window-size={width},2400",
+                     f"--screenshot={shot}", (analysis.out / "report.html").as_uri())
+    assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]

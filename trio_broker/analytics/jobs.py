@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime
@@ -140,8 +141,13 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
         # Broker logs analysed on one machine are small for Spark: compiling whole-stage code
         # and re-planning adaptively cost more (tens of seconds on a cold JVM) than they save.
         for key, value in (("spark.sql.shuffle.partitions", "2"),
-                           ("spark.sql.codegen.wholeStage", "false"),
-                           ("spark.sql.adaptive.enabled", "false")):
+                           ("spark.sql.codegen.wholeStage",
+                            os.environ.get("TRIO_BROKER_ANALYZE_CODEGEN", "false")),
+                           ("spark.sql.adaptive.enabled", "false"),
+                           ("spark.driver.memory", "1g"),
+                           ("spark.driver.extraJavaOptions",
+                            os.environ.get("TRIO_BROKER_ANALYZE_JAVA_OPTS",
+                                           "-XX:+UseParallelGC"))):
             if not conf.contains(key):
                 conf.set(key, value)
     for key, value in (extra_conf or {}).items():
@@ -162,8 +168,10 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
 FILE, BLOCK, PART, ROW, PROBLEM, TEXT = "_file", "_block", "_part", "_row", "problem", "_text"
 #: Problems that are no line at all (not counted): blank lines.
 BLANK = "blank"
-#: Fields an event's line cannot be used without, beyond ``event`` and ``timestamp``.
-REQUIRED_FIELDS: Mapping[str, tuple[str, ...]] = {"request": ("api",)}
+#: Fields an event's line cannot be used without, beyond ``event`` and ``timestamp``: the
+#: ``required`` fields of events.py.
+REQUIRED_FIELDS: Mapping[str, tuple[str, ...]] = {
+    name: spec.required for name, spec in EVENTS.items() if spec.required}
 _SAMPLE_CHARS = 160
 #: The text kept of an unusable line (enough to name the field of the wrong type).
 _KEPT_CHARS = 8192

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +18,7 @@ _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#
 _WIDTH = 720
 _MAX_POINTS = 600
 _MAX_ROWS = 25
+_ISO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1000px;
@@ -24,7 +26,7 @@ color:#222;padding:0 1em}
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
 .symptom{color:#a33;font-weight:600}.hint{color:#555}
 table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
-th,td{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f4f4f4}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
 td.l,th.l{text-align:left}.kv td{text-align:left}.empty{color:#777;font-style:italic}
 .scroll{overflow-x:auto;max-width:100%}td.pre{white-space:pre;text-align:left;font-family:monospace}
 .warning{color:#a60;font-weight:600}
@@ -49,6 +51,10 @@ def _fmt(value: Any) -> str:
         return f"{value:,}"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
+    if isinstance(value, str) and _ISO_RE.match(value):
+        # 2026-03-14T09:00:00.250000Z -> 2026-03-14 09:00:00.25 (the page says times are UTC)
+        day, clock = value[:-1].split("T")
+        return f"{day} {clock.rstrip('0').rstrip('.')}"
     return str(value)
 
 
@@ -512,4 +518,5 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
             "<title>trio_broker log analysis</title>"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<style>{_CSS}</style></head><body><h1>trio_broker log analysis</h1>"
+            "<p class=\"hint\">All times are UTC.</p>"
             f"{overview}<ul>{toc}</ul>{''.join(sections)}</body></html>\n")

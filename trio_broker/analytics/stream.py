@@ -280,19 +280,23 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
     tailer = LogTailer(directory, spool, from_start=from_start)
     poll_interval = min(1.0, max(trigger_seconds / 2, 0.1))
     polling = threading.Event()
-    reported = 0
+    batches = 0
 
     def poll_until_stopped() -> None:
         # Its own thread: starting the query takes seconds, and the live file must be followed
         # meanwhile (rotation could otherwise delete lines before they are read).
-        nonlocal reported
         while True:
             tailer.poll()
-            if progress is not None and tailer.lines != reported:
-                reported = tailer.lines
-                progress(f"followed {reported} line(s) from {directory}")
             if polling.wait(poll_interval):
                 return
+
+    def handle(frame: DataFrame, batch_id: int) -> None:
+        nonlocal batches
+        on_batch(frame, batch_id)
+        batches += 1
+        if progress is not None:
+            progress(f"batch {batch_id}: {tailer.lines} line(s) followed from {directory} "
+                     "so far")
 
     tailer.poll()  # open the files (and spool what they hold) before Spark lists the spool
     poller = threading.Thread(target=poll_until_stopped, name="trio-broker-follow", daemon=True)
@@ -308,7 +312,7 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
                  .withColumn("ts", F.to_timestamp(F.col("timestamp"))))
         query = (minute_aggregates(lines).writeStream
                  .outputMode("update")
-                 .foreachBatch(on_batch)
+                 .foreachBatch(handle)
                  .option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(processingTime=f"{max(trigger_seconds, 0.1)} seconds")
                  .start())
@@ -329,6 +333,9 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
         tailer.close()
         if query is not None:
             query.stop()
+        if progress is not None:
+            progress(f"stopped: {tailer.lines} line(s) followed from {directory} in "
+                     f"{batches} batch(es)")
     exception = query.exception() if query is not None else None
     if exception is not None:
         raise RuntimeError(f"the streaming query failed: {exception}")
