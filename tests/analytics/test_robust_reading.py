@@ -38,7 +38,7 @@ pytestmark = pytest.mark.spark
 _FIELDS = [name for name in union_fields() if name not in ("event", "timestamp")]
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False) | st.text(max_size=12),
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
                                                                 max_size=3),
     max_leaves=6)

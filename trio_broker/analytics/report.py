@@ -22,12 +22,12 @@ _ISO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1000px;
-color:#222;padding:0 1em}
+color:#222;padding:0 1em;overflow-wrap:anywhere}
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
 .symptom{color:#a33;font-weight:600}.hint{color:#555}
 table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
 th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
-td.l,th.l{text-align:left}.kv td{text-align:left}.empty{color:#777;font-style:italic}
+td.l,th.l{text-align:left}.kv td,.kv th{text-align:left;white-space:normal}.empty{color:#777;font-style:italic}
 .scroll{overflow-x:auto;max-width:100%}td.pre{white-space:pre;text-align:left;font-family:monospace}
 .warning{color:#a60;font-weight:600}
 svg{display:block;margin:.6em 0;max-width:100%;height:auto}svg text{font-size:11px;fill:#333}
@@ -313,9 +313,9 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
          ", ".join(f"{name} ({count:,})" for name, count in unknown.items()) or "none"),
         ("Schema version", summary.get("schema_version")),
     ]
-    overview = "<table class=\"kv\">" + "".join(
+    overview = "<div class=\"scroll\"><table class=\"kv\">" + "".join(
         f"<tr><th class=\"l\">{_esc(k)}</th><td>{_esc(_fmt(v))}</td></tr>" for k, v in facts
-    ) + "</table>" + "<p class=\"hint\">Inputs: " + _esc(", ".join(summary.get("inputs", []))) \
+    ) + "</table></div>" + "<p class=\"hint\">Inputs: " + _esc(", ".join(summary.get("inputs", []))) \
         + "</p>"
     overview += "".join(f'<p class="warning">Warning: {_esc(w)}</p>'
                         for w in summary.get("warnings", []))
