@@ -85,6 +85,17 @@ def _progress(quiet: bool) -> Callable[[str], None]:
     return report
 
 
+def _size(files: list[str]) -> int | None:
+    """The total size of local input files (None when one is a URL or unreadable)."""
+    total = 0
+    for name in files:
+        try:
+            total += os.stat(name).st_size
+        except OSError:
+            return None
+    return total
+
+
 def main(argv: list[str]) -> int:
     """Run ``trio_broker analyze`` with ``argv`` (the arguments after ``analyze``)."""
     parser = _parser()
@@ -126,7 +137,7 @@ def main(argv: list[str]) -> int:
     report = _progress(args.quiet)
     report("starting Spark")
     started = time.monotonic()
-    spark, created = get_spark(args.master)
+    spark, created = get_spark(args.master, input_bytes=_size(files))
     report(f"Spark ready (master {spark.sparkContext.master}, "
            f"{time.monotonic() - started:.1f}s)")
     try:

@@ -112,9 +112,16 @@ class AnalysisResult:
 # -- session ------------------------------------------------------------------------------------
 
 
+#: Below this much input, a local JVM runs with the C1 JIT alone (see :func:`get_spark`).
+SMALL_INPUT_BYTES = 512 * 1024 * 1024
+
+
 def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
-              extra_conf: Mapping[str, str] | None = None) -> tuple[SparkSession, bool]:
+              extra_conf: Mapping[str, str] | None = None,
+              input_bytes: int | None = 0) -> tuple[SparkSession, bool]:
     """A SparkSession and whether this call created it (so the caller knows to stop it).
+
+    ``input_bytes`` (the size of the logs, None when unknown) picks the local JVM's JIT.
 
     Without ``master`` (and no ``spark.master`` from ``spark-submit``), runs locally on two cores.
     Start-up is kept light: no web UI, no console progress bar, few shuffle partitions locally.
@@ -140,17 +147,18 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     if (conf.get("spark.master") or "").startswith("local"):
         # Broker logs analysed on one machine are small for Spark: compiling whole-stage code
         # and re-planning adaptively cost more (tens of seconds on a cold JVM) than they save.
-        # The same holds for the JIT's optimising tier: C1 alone ran the 200,000-line bench log
-        # 3x faster on two busy cores (C2's compile threads compete with the job and a run is
-        # too short to repay them), and with the serial GC and a smaller code cache the JVM's
-        # resident memory stays well under 2 GB.
+        # The same holds for the JIT's optimising tier on small inputs: C1 alone ran the
+        # 200,000-line bench log 3x faster on two busy cores (C2's compile threads compete with
+        # a short job), while on the 2,000,000-line one C2 halved the parse. The serial GC
+        # keeps the JVM's resident memory well under 2 GB.
+        small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES
+        java = "-XX:+UseSerialGC" + (" -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m"
+                                     if small else "")
         for key, value in (("spark.sql.shuffle.partitions", "2"),
                            ("spark.sql.codegen.wholeStage", "false"),
                            ("spark.sql.adaptive.enabled", "false"),
                            ("spark.driver.memory", "1g"),
-                           ("spark.driver.extraJavaOptions",
-                            "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
-                            "-XX:ReservedCodeCacheSize=64m")):
+                           ("spark.driver.extraJavaOptions", java)):
             if not conf.contains(key):
                 conf.set(key, value)
     for key, value in (extra_conf or {}).items():

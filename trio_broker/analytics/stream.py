@@ -208,27 +208,27 @@ def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFr
 
     def count_of(name: str) -> Any:
         # ``event`` is null on malformed lines: count them as "not this event", not as null.
-        return F.sum(F.when(event == name, 1).otherwise(0))
+        return F.try_sum(F.when(event == name, 1).otherwise(0))
 
     return (lines
             .withColumn("event_time", F.coalesce(F.col("ts"), F.current_timestamp()))
             .withWatermark("event_time", watermark)
             .groupBy(F.window("event_time", "1 minute"), F.col("broker"))
             .agg(count_of("request").alias("requests"),
-                 F.sum(F.when(event == "request", F.col("error").isNotNull()
+                 F.try_sum(F.when(event == "request", F.col("error").isNotNull()
                               & ~F.col("error").isin("NONE", "")).cast("long")).alias("errors"),
                  F.percentile_approx(F.when(event == "request", F.col("total_ms")), 0.95, 10000)
                  .alias("p95_total_ms"),
                  F.max(F.when(event == "request", F.col("request_queue_ms")))
                  .alias("max_request_queue_ms"),
-                 F.sum(F.when(event == "request", F.col("request_bytes"))).alias("request_bytes"),
+                 F.try_sum(F.when(event == "request", F.col("request_bytes"))).alias("request_bytes"),
                  count_of("connection_accepted").alias("accepted"),
                  count_of("connection_rejected").alias("rejected"),
                  count_of("connection_muted").alias("mutes"),
                  count_of("throttle_started").alias("throttles"),
                  F.min("network_processor_avg_idle_percent").alias("min_network_idle_percent"),
                  F.max("request_queue_size").alias("max_request_queue_size"),
-                 F.sum(F.col(CORRUPT_RECORD).isNotNull().cast("long")).alias("malformed"))
+                 F.try_sum(F.col(CORRUPT_RECORD).isNotNull().cast("long")).alias("malformed"))
             .select(F.col("window.start").alias("minute"), "broker", "requests", "errors",
                     "p95_total_ms", "max_request_queue_ms", "request_bytes", "accepted",
                     "rejected", "mutes", "throttles", "min_network_idle_percent",
@@ -309,7 +309,7 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
                  .option("mode", "PERMISSIVE")
                  .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
                  .json(str(spool))
-                 .withColumn("ts", F.to_timestamp(F.col("timestamp"))))
+                 .withColumn("ts", F.try_to_timestamp(F.col("timestamp"))))
         query = (minute_aggregates(lines).writeStream
                  .outputMode("update")
                  .foreachBatch(handle)
