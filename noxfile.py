@@ -42,6 +42,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Throughput, latency, memory and start-up figures, as ratios against in-run baselines."""
-    session.install("-e", ".[test]")
+    """Throughput, latency, memory and start-up figures, as ratios against in-run baselines
+    (``nox -s bench -- --only analytics``: the log analytics case, which needs pyspark)."""
+    session.install("-e", ".[test,analytics]")
     session.run("python", "-m", "bench", *session.posargs)

@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         events = valid_events(lines)
         result = slow_requests_by_client(events, api=args.api, slower_than_ms=args.slower_than)
         result.show(args.top, truncate=False)
-        malformed = lines.count() - events.count()
-        print(f"{malformed} malformed line(s) skipped")
+        from pyspark.sql import functions as F
+
+        unusable = lines.where(F.col("problem").isNotNull() & (F.col("problem") != "blank"))
+        print(f"{unusable.count()} unusable line(s) skipped")
     finally:
         if created:
             spark.stop()

@@ -166,6 +166,13 @@ def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
                                 {**conn, "reason": "inflight", "inflight": 1}))
             out.append(Emission(base + 20.01, "connection_unmuted",
                                 {**conn, "reason": "inflight", "muted_ms": 10.0}))
+            if client_id == "admin-c":
+                out.append(Emission(base + 39, "invalid_request", {
+                    **conn, "reason": "invalid_size" if minute % 2 else "unknown_api_key",
+                    "api_key": 999, "api_version": 0, "size": 12, "detail": "refused"}))
+            if client_id == "consumer-b" and minute == 1:
+                out.append(Emission(base + 39.5, "connection_expired",
+                                    {**conn, "idle_ms": 600000.0}))
             out.append(Emission(base + 40, "connection_closed", {
                 **conn, "reason": "client" if client_id != "admin-c" else "idle",
                 "detail": "", "requests": 5, "duration_ms": 39500.0}))

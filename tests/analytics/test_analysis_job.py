@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import subprocess
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,7 +31,7 @@ def analysis(spark: Any, scenario_logs: list[Path],
     result = run_analysis(spark, [str(p) for p in scenario_logs], out, slowest=5,
                           progress=messages.append)
     assert messages and messages[-1].startswith("done"), messages
-    assert len(messages) == len(QUESTIONS) + 4
+    assert len(messages) == len(QUESTIONS) + 5  # a line per stage, then done
     return result
 
 
@@ -67,14 +69,30 @@ def test_rejected_connections_by_reason_ip_listener(analysis: AnalysisResult,
     assert table == dict(expected)
 
 
-def test_malformed_lines_counted_not_fatal(analysis: AnalysisResult,
-                                           raw: list[dict[str, Any]]) -> None:
+def test_unusable_lines_counted_by_reason_with_samples(analysis: AnalysisResult,
+                                                      raw: list[dict[str, Any]],
+                                                      scenario_logs: list[Path]) -> None:
     summary = analysis.summary
-    assert summary["malformed"] == {"unparseable": 2, "schema_mismatch": 1}
-    assert summary["malformed_lines"] == len(MALFORMED_LINES)
+    unusable = summary["unusable"]
+    assert {reason: entry["count"] for reason, entry in unusable.items()} == {
+        "not JSON": 2, "wrong type: broker": 1, "unknown event": 1}
+    assert summary["unusable_lines"] == len(MALFORMED_LINES) + 1
     assert summary["lines"] == len(raw) + len(MALFORMED_LINES)
-    assert summary["events_by_name"] == dict(sorted(Counter(r["event"] for r in raw).items()))
+    declared = [r for r in raw if r["event"] != "quorum_elected"]
+    assert summary["usable_lines"] == len(declared)
+    assert summary["events_by_name"] == dict(sorted(Counter(r["event"] for r in declared).items()))
     assert summary["unknown_events"] == {"quorum_elected": 1}
+    assert summary["warnings"] == []
+    # Every sample names the file and line it comes from, and starts with that line's text.
+    texts = {str(path): path.read_text(encoding="utf-8").split("\n") for path in scenario_logs}
+    samples = [s for entry in unusable.values() for s in entry["samples"]]
+    assert len(samples) == 4
+    for sample in samples:
+        path, number, text = sample.split(":", 2)
+        line = texts[path][int(number) - 1]
+        assert line.startswith(text.strip().removeprefix("event 'quorum_elected': ")[:60]), sample
+    torn = [s for s in unusable["not JSON"]["samples"] if "Pro" in s]
+    assert torn and torn[0].split(":")[0] == str(scenario_logs[0])  # the oldest file's torn line
 
 
 def test_time_range(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:
@@ -115,14 +133,94 @@ def test_latency_percentiles_and_stage_breakdown(analysis: AnalysisResult,
         "p99_total_ms"]
 
 
-def test_slowest_requests_name_the_dominant_stage(analysis: AnalysisResult,
+def _expected_wait(record: dict[str, Any]) -> float:
+    if record["api"] == "Fetch":
+        return float(min(record["remote_ms"], 500.0))
+    return float(record["remote_ms"]) if record["api"] in ("JoinGroup", "SyncGroup") else 0.0
+
+
+def test_slowest_requests_set_expected_waits_aside(analysis: AnalysisResult,
                                                   raw: list[dict[str, Any]]) -> None:
     slowest = analysis.tables["slowest_requests"]
-    expected = sorted(_requests(raw), key=lambda r: -r["total_ms"])[:5]
-    assert [r["total_ms"] for r in slowest] == [r["total_ms"] for r in expected]
+    expected = sorted(_requests(raw), key=lambda r: (-(r["total_ms"] - _expected_wait(r)),
+                                                     -r["total_ms"]))[:5]
+    assert [r["correlation_id"] for r in slowest] == [r["correlation_id"] for r in expected]
     for row, record in zip(slowest, expected, strict=True):
-        assert row["correlation_id"] == record["correlation_id"]
+        assert row["service_ms"] == pytest.approx(record["total_ms"] - _expected_wait(record))
         assert row["dominant_stage"] == max(STAGES, key=lambda s: record[s])
+        assert row["waited"] == (_expected_wait(record) > row["service_ms"])
+    # A slow long-poll Fetch is not among them when it is only waiting.
+    waiting = [r for r in _requests(raw) if r["api"] == "Fetch" and r["remote_ms"] > 100]
+    assert waiting
+    assert all(r["api"] != "Fetch" or r["remote_ms"] < 100 or r["service_ms"] >= 20
+               for r in slowest)
+
+
+def test_latency_per_client_and_client_api(analysis: AnalysisResult,
+                                           raw: list[dict[str, Any]]) -> None:
+    by_client: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for record in _requests(raw):
+        by_client[record["client_id"]].append(record)
+        by_pair[(record["client_id"], record["api"])].append(record)
+    rows = {r["client_id"]: r for r in analysis.tables["latency_by_client"]}
+    assert set(rows) == set(by_client)
+    for client, records in by_client.items():
+        totals = [r["total_ms"] for r in records]
+        service = [r["total_ms"] - _expected_wait(r) for r in records]
+        for pct in (0.5, 0.95, 0.99):
+            label = f"{pct * 100:g}"
+            assert rows[client][f"p{label}_total_ms"] == _nearest_rank(totals, pct)
+            assert rows[client][f"p{label}_service_ms"] == pytest.approx(
+                _nearest_rank(service, pct))
+        assert analysis.summary["latency_ms_by_client"][client]["p99"] == _nearest_rank(
+            totals, 0.99)
+    pairs = {(r["client_id"], r["api"]): r for r in analysis.tables["latency_by_client_api"]}
+    assert set(pairs) == set(by_pair)
+    for pair, records in by_pair.items():
+        assert pairs[pair]["requests"] == len(records)
+        assert pairs[pair]["p99_total_ms"] == _nearest_rank([r["total_ms"] for r in records],
+                                                            0.99)
+
+
+def test_errors_by_api_and_code(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:
+    failed = Counter((r["api"], r["error"]) for r in _requests(raw) if r["error"] != "NONE")
+    assert failed
+    assert {(r["api"], r["error"]): r["count"]
+            for r in analysis.tables["errors_by_code"]} == dict(failed)
+    nested: dict[str, dict[str, int]] = {}
+    for (api, error), count in failed.items():
+        nested.setdefault(api, {})[error] = count
+    assert analysis.summary["errors_by_api_code"] == nested
+
+
+def test_invalid_frames_by_reason_and_peer(analysis: AnalysisResult,
+                                           raw: list[dict[str, Any]]) -> None:
+    frames = [r for r in raw if r["event"] == "invalid_request"]
+    assert frames
+    assert {(r["reason"], r["peer"]): r["count"] for r in analysis.tables["invalid_frames"]} \
+        == dict(Counter((r["reason"], r["peer"]) for r in frames))
+    assert analysis.summary["invalid_frames_by_reason"] == count_by(raw, "invalid_request",
+                                                                    "reason")
+
+
+def test_connection_churn_per_minute(analysis: AnalysisResult,
+                                     raw: list[dict[str, Any]]) -> None:
+    rows = {r["minute"][:16]: r for r in analysis.tables["connection_churn_by_minute"]}
+    names = {"accepted": "connection_accepted", "closed": "connection_closed",
+             "expired": "connection_expired", "refused": "connection_rejected"}
+    for column, event in names.items():
+        expected = Counter(r["timestamp"][:16] for r in raw if r["event"] == event)
+        assert {m: row[column] for m, row in rows.items() if row[column]} == dict(expected)
+        assert analysis.summary["connection_churn"][column] == sum(expected.values())
+    assert analysis.summary["connection_churn"]["expired"] > 0
+    for minute, row in rows.items():
+        closed = Counter(r["reason"] for r in raw if r["event"] == "connection_closed"
+                         and r["timestamp"][:16] == minute)
+        assert (row["closed_by_reason"] or {}) == dict(closed)
+        counts = [r["connection_count"] for r in raw if r["event"] == "metrics_snapshot"
+                  and r["timestamp"][:16] == minute]
+        assert row["connection_count"] == (max(counts) if counts else None)
 
 
 def test_top_clients_by_requests_and_bytes(analysis: AnalysisResult,
@@ -247,7 +345,7 @@ def test_cli_directory_input_and_time_window(spark: Any, scenario_logs: list[Pat
     assert summary["requests_by_api"] == count_by(window, "request", "api")
     assert summary["rejected_connections"] == count_by(window, "connection_rejected", "reason")
     assert summary["events_in_range"] == dict(Counter(r["event"] for r in window))
-    assert summary["malformed_lines"] == len(MALFORMED_LINES)  # counted over the whole input
+    assert summary["unusable_lines"] == len(MALFORMED_LINES) + 1  # over the whole input
     assert spark.sparkContext._jsc is not None  # the shared session was not stopped
 
 
@@ -274,4 +372,45 @@ def test_example_ad_hoc_query(spark: Any, scenario_logs: list[Path], raw: list[d
     assert {r["client_id"]: r["requests"] for r in rows} == dict(expected)
     assert example.main([str(scenario_logs[0].parent), "--top", "3"]) == 0
     out = capsys.readouterr().out
-    assert "p95_total_ms" in out and f"{len(MALFORMED_LINES)} malformed line(s)" in out
+    assert "p95_total_ms" in out and f"{len(MALFORMED_LINES) + 1} unusable line(s)" in out
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={profile}", "--hide-scrollbars", *args],
+        capture_output=True, text=True, timeout=90, check=False)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("width", [1400, 390])
+def test_report_renders_in_a_browser(analysis: AnalysisResult, tmp_path: Path,
+                                     width: int) -> None:
+    """Chromium lays the report out at desktop and phone width: the page itself never scrolls
+    sideways (wide tables scroll inside their box), and a screenshot is taken."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    page = (analysis.out / "report.html").read_text(encoding="utf-8")
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", "<script>document.title = 'W' + "
+                                  "document.documentElement.scrollWidth + 'x' + innerWidth"
+                                  "</script></body>"), encoding="utf-8")
+    done = _headless(browser, tmp_path / "profile", f"--window-size={width},900",
+                     "--dump-dom", probe.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    match = re.search(r"<title>W(\d+)x(\d+)</title>", done.stdout)
+    assert match, done.stdout[:500]
+    scroll_width, view_width = int(match.group(1)), int(match.group(2))
+    assert scroll_width <= view_width, (scroll_width, view_width)
+    shot = analysis.out / f"report-{width}.png"
+    done = _headless(browser, tmp_path / "profile2", f"--window-size={width},2400",
+                     f"--screenshot={shot}", (analysis.out / "report.html").as_uri())
+    assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]

@@ -105,6 +105,19 @@ def _throttle_the_producer(port: int) -> None:
     assert [code for code, _ in result] == [ErrorCode.none]
 
 
+def _raw_count(raw: list[dict[str, Any]], event: str) -> int:
+    return sum(1 for r in raw if r["event"] == event)
+
+
+def _send_invalid_frame(process: Any, port: int) -> None:
+    """A frame with a negative size: the broker logs invalid_request and closes the socket."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(b"\xff\xff\xff\xfe")
+        assert sock.recv(1) == b""
+    _wait_for(lambda: _count(process, "invalid_request") == 1, "the invalid frame to be logged")
+
+
 def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Path) -> None:
     process = broker_process({"max.connections.per.ip": str(PER_IP_LIMIT),
                               "logging.file.max.bytes": "30000",
@@ -113,6 +126,7 @@ def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Pa
     _throttle_the_producer(process.port)
     _drive_with_clients(process.bootstrap)
     _refuse_connections(process, process.port)
+    _send_invalid_frame(process, process.port)
     time.sleep(1.2)  # at least one periodic metrics_snapshot with the broker busy
     assert process.stop() == 0
 
@@ -130,7 +144,7 @@ def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Pa
     assert requests["Produce"] >= 1 and requests["Fetch"] >= 1
     assert summary["rejected_connections"] == {"per_ip_limit": EXTRA_SOCKETS}
     assert summary["rejected_connections_by_ip"] == {"127.0.0.1": EXTRA_SOCKETS}
-    assert summary["malformed_lines"] == 0
+    assert summary["unusable_lines"] == 0 and summary["warnings"] == []
     assert summary["lines"] == len(raw)
     assert summary["events_by_name"] == dict(sorted(Counter(r["event"] for r in raw).items()))
     assert summary["closed_connections"] == dict(
@@ -161,6 +175,35 @@ def test_analyze_a_real_broker_run(spark: Any, broker_process: Any, tmp_path: Pa
         "e2e-producer": max(sum(r["throttle_ms"] for r in throttles),
                             sum(r["throttle_ms"] for r in raw if r["event"] == "request"
                                 and r["client_id"] == "e2e-producer"))}
+
+    invalid = [r for r in raw if r["event"] == "invalid_request"]
+    assert summary["invalid_frames_by_reason"] == dict(Counter(r["reason"] for r in invalid))
+    assert summary["invalid_frames_by_peer"] == {invalid[0]["peer"]: 1}
+    failed: dict[str, dict[str, int]] = {}
+    for r in raw:
+        if r["event"] == "request" and r["error"] not in ("NONE", ""):
+            failed.setdefault(r["api"], {}).setdefault(r["error"], 0)
+            failed[r["api"]][r["error"]] += 1
+    assert summary["errors_by_api_code"] == failed
+    assert {"e2e-admin", "e2e-producer", "e2e-consumer"} <= set(summary["latency_ms_by_client"])
+    assert summary["connection_churn"] == {
+        "accepted": _raw_count(raw, "connection_accepted"),
+        "closed": _raw_count(raw, "connection_closed"),
+        "expired": _raw_count(raw, "connection_expired"),
+        "refused": EXTRA_SOCKETS}
+    # The consumer's long polls and its JoinGroup wait are not "slow requests": the slowest are
+    # ranked by total time less those waits.
+    def service(r: dict[str, Any]) -> float:
+        remote = r["remote_ms"]
+        wait = (min(remote, 500.0) if r["api"] == "Fetch" else
+                remote if r["api"] in ("JoinGroup", "SyncGroup") else 0.0)
+        return float(max(r["total_ms"] - wait, 0.0))
+
+    ranked = sorted((service(r) for r in raw if r["event"] == "request"), reverse=True)
+    assert [r["service_ms"] for r in summary["slowest_requests"]] == pytest.approx(ranked[:10])
+    longest = max((r for r in raw if r["event"] == "request"), key=lambda r: r["total_ms"])
+    assert longest["api"] in ("Fetch", "JoinGroup", "SyncGroup")  # a wait, set aside
+    assert summary["slowest_requests"][0]["total_ms"] <= longest["total_ms"]
 
     page = (out / "report.html").read_text()
     assert "per_ip_limit" in page and "e2e-producer" in page

@@ -190,7 +190,13 @@ def test_cli_follow_with_parquet_sink(spark: Any, tmp_path: Path,
     out = tmp_path / "out"
     assert main(["--follow", str(logs), "--sink", "parquet", "--out", str(out),
                  "--trigger", "0.5", "--timeout", "2"]) == 0
-    assert "analyze: following" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "analyze: following" in err
+    assert f"analyze: Spark ready (master {spark.sparkContext.master})" in err
+    batches = [line for line in err.splitlines() if line.startswith("analyze: batch ")]
+    assert batches and all("line(s) followed" in line for line in batches)
+    assert err.splitlines()[-1] == (f"analyze: stopped: 8 line(s) followed from {logs} in "
+                                    f"{len(batches)} batch(es)")
     table = spark.read.parquet(str(out / "minute_aggregates.parquet"))
     latest = table.orderBy("batch_id").collect()[-1]
     assert (latest["requests"], latest["mutes"], latest["malformed"]) == (7, 1, 0)

@@ -48,7 +48,8 @@ def test_report_is_self_contained_with_a_section_per_symptom() -> None:
     assert "<script>" not in page  # data is escaped
     assert "&lt;script&gt;" in page
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing loaded from elsewhere
-    assert page.count("<section") == 8
+    assert page.count("<section") == 11
+    assert "Undeclared events" in page and "{}" not in page
 
 
 def test_svg_charts_are_well_formed() -> None:
@@ -69,8 +70,23 @@ def test_svg_charts_are_well_formed() -> None:
     assert float(bars[0].attrib["width"]) == 3 * float(bars[1].attrib["width"])
 
 
-def test_empty_inputs_render_placeholders() -> None:
+def test_empty_inputs_render_one_line_per_section() -> None:
     page = render_report({}, {})
-    assert "no rows: this did not happen in these logs" in page
-    assert "nothing to chart" in page
-    assert line_chart({}) .startswith("<p")
+    sections = re.findall(r"<section.*?</section>", page)
+    assert len(sections) == 11
+    for section in sections:
+        assert section.count('class="empty"') == 1, section
+    assert "No connection was refused in these logs." in page
+    assert line_chart({}).startswith("<p")
+
+
+def test_time_axis_has_round_ticks_between_the_ends() -> None:
+    from datetime import UTC, datetime
+
+    from trio_broker.analytics.report import time_ticks
+
+    start = datetime(2026, 3, 14, 9, 0, 20, tzinfo=UTC).timestamp()
+    ticks = time_ticks(start, start + 3 * 3600)
+    assert [label for _, label, _ in ticks] == ["09:30", "10:00", "10:30", "11:00", "11:30",
+                                                "12:00"]
+    assert len(time_ticks(start, start + 50)) >= 3

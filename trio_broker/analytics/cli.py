@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from . import INSTALL_HINT
 from .inputs import InputError, expand_paths, parse_time
@@ -49,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="with --follow: stop after this long instead of running until "
                              "interrupted")
+    parser.add_argument("--fetch-max-wait-ms", type=float, default=500.0, metavar="MS",
+                        help="a Fetch's remote time up to this is long-poll waiting, not "
+                             "slowness (the consumers' fetch.max.wait.ms; default 500)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
@@ -58,11 +64,36 @@ def pyspark_available() -> bool:
     return importlib.util.find_spec("pyspark") is not None
 
 
+def _progress_stream() -> TextIO:
+    """Where progress lines go: stderr. Under ``spark-submit`` the driver's stderr is merged
+    into its stdout by Spark's PythonRunner, so the lines go to the stderr of spark-submit's
+    JVM (this process's parent) when it can be opened."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit for its Python driver
+        try:
+            return open(f"/proc/{os.getppid()}/fd/2", "w", encoding="utf-8")  # noqa: SIM115
+        except OSError:
+            pass
+    return sys.stderr
+
+
 def _progress(quiet: bool) -> Callable[[str], None]:
+    stream = None if quiet else _progress_stream()
+
     def report(message: str) -> None:
-        if not quiet:
-            print(f"analyze: {message}", file=sys.stderr, flush=True)
+        if stream is not None:
+            print(f"analyze: {message}", file=stream, flush=True)
     return report
+
+
+def _size(files: list[str]) -> int | None:
+    """The total size of local input files (None when one is a URL or unreadable)."""
+    total = 0
+    for name in files:
+        try:
+            total += os.stat(name).st_size
+        except OSError:
+            return None
+    return total
 
 
 def main(argv: list[str]) -> int:
@@ -104,16 +135,20 @@ def main(argv: list[str]) -> int:
 
     out = Path(str(args.out))
     report = _progress(args.quiet)
-    report(f"starting Spark ({args.master or 'local'})")
-    spark, created = get_spark(args.master)
+    report("starting Spark")
+    started = time.monotonic()
+    spark, created = get_spark(args.master, input_bytes=_size(files))
+    report(f"Spark ready (master {spark.sparkContext.master}, "
+           f"{time.monotonic() - started:.1f}s)")
     try:
         result = run_analysis(spark, files, out, since=since, until=until,
-                              slowest=args.slowest, progress=report)
+                              slowest=args.slowest, fetch_max_wait_ms=args.fetch_max_wait_ms,
+                              progress=report)
     finally:
         if created:
             spark.stop()
     summary = result.summary
-    print(f"{summary['lines']} lines ({summary['malformed_lines']} malformed), "
+    print(f"{summary['lines']} lines ({summary['unusable_lines']} unusable), "
           f"{summary['requests']} requests, "
           f"{sum(summary['rejected_connections'].values())} refused connections; "
           f"report: {out / 'report.html'}")
@@ -129,7 +164,9 @@ def _follow(args: argparse.Namespace) -> int:
         print(f"trio_broker analyze: {directory}: not a directory", file=sys.stderr)
         return 2
     report = _progress(args.quiet)
+    report("starting Spark")
     spark, created = get_spark(args.master, app_name="trio_broker analyze --follow")
+    report(f"Spark ready (master {spark.sparkContext.master})")
     on_batch = parquet_sink(Path(args.out)) if args.sink == "parquet" else print_batch
     try:
         with tempfile.TemporaryDirectory(prefix="trio-broker-follow-") as work:

@@ -7,7 +7,8 @@ symptom it diagnoses (the seeds' troubleshooting guide, §9.2) and the table it 
 from __future__ import annotations
 
 import html
-import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,16 +18,19 @@ _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#
 _WIDTH = 720
 _MAX_POINTS = 600
 _MAX_ROWS = 25
+_ISO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1000px;
-color:#222;padding:0 1em}
+color:#222;padding:0 1em;overflow-wrap:anywhere}
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
 .symptom{color:#a33;font-weight:600}.hint{color:#555}
 table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
-th,td{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f4f4f4}
-td.l,th.l{text-align:left}.kv td{text-align:left}.empty{color:#777;font-style:italic}
-svg{display:block;margin:.6em 0}svg text{font-size:11px;fill:#333}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.kv td,.kv th{text-align:left;white-space:normal}.empty{color:#777;font-style:italic}
+.scroll{overflow-x:auto;max-width:100%}td.pre{white-space:pre;text-align:left;font-family:monospace}
+.warning{color:#a60;font-weight:600}
+svg{display:block;margin:.6em 0;max-width:100%;height:auto}svg text{font-size:11px;fill:#333}
 """
 
 
@@ -47,6 +51,10 @@ def _fmt(value: Any) -> str:
         return f"{value:,}"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
+    if isinstance(value, str) and _ISO_RE.match(value):
+        # 2026-03-14T09:00:00.250000Z -> 2026-03-14 09:00:00.25 (the page says times are UTC)
+        day, clock = value[:-1].split("T")
+        return f"{day} {clock.rstrip('0').rstrip('.')}"
     return str(value)
 
 
@@ -61,14 +69,15 @@ def _nice_max(value: float) -> float:
 
 
 def bar_chart(items: Sequence[tuple[str, float]], *, unit: str = "", title: str = "") -> str:
-    """Horizontal bars, one per (label, value), largest first as given."""
+    """Horizontal bars, one per (label, value), largest first as given (nothing when empty:
+    the table beside it, or the section, says why)."""
     if not items:
-        return '<p class="empty">nothing to chart</p>'
+        return ""
     bar_h, label_w, gap = 18, 220, 4
     height = len(items) * (bar_h + gap) + 24
     top = _nice_max(max(v for _, v in items))
     plot_w = _WIDTH - label_w - 90
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
              f'role="img" aria-label="{_esc(title)}">']
     if title:
         parts.append(f'<title>{_esc(title)}</title>')
@@ -91,12 +100,12 @@ def stacked_bars(items: Sequence[tuple[str, Sequence[float]]], keys: Sequence[st
                  *, title: str = "") -> str:
     """One horizontal bar per label split into shares (each row's values sum to about 1)."""
     if not items:
-        return '<p class="empty">nothing to chart</p>'
+        return ""
     bar_h, label_w, gap = 18, 160, 4
     plot_w = _WIDTH - label_w - 20
     legend_h = 22
     height = legend_h + len(items) * (bar_h + gap) + 8
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
              f'role="img" aria-label="{_esc(title)}">']
     x = label_w
     for index, key in enumerate(keys):
@@ -133,6 +142,37 @@ def _as_time(value: Any) -> datetime | None:
     return None
 
 
+_TICK_STEPS = (1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+               43200, 86400, 172800, 604800)
+
+
+def time_ticks(x0: float, x1: float, most: int = 6) -> list[tuple[float, str, str]]:
+    """Up to ``most`` round times between ``x0`` and ``x1`` (epoch seconds), labelled
+    ``HH:MM`` (``HH:MM:SS`` below a minute's step, with the date when the span crosses days)."""
+    span = max(x1 - x0, 1.0)
+    step = next((s for s in _TICK_STEPS if span / s <= most), _TICK_STEPS[-1])
+    first = float(math.ceil(x0 / step) * step)
+    days = datetime.fromtimestamp(x0, UTC).date() != datetime.fromtimestamp(x1, UTC).date()
+    fmt = "%H:%M:%S" if step < 60 else "%H:%M"
+    if days:
+        fmt = "%m-%d " + fmt
+    ticks: list[tuple[float, str, str]] = []
+    x = first
+    while x <= x1 + 1e-9:
+        anchor = "start" if x - x0 < span * 0.04 else "end" if x1 - x < span * 0.04 else "middle"
+        ticks.append((x, datetime.fromtimestamp(x, UTC).strftime(fmt), anchor))
+        x += step
+    if not ticks:
+        ticks.append((x0, datetime.fromtimestamp(x0, UTC).strftime(fmt), "start"))
+    return ticks
+
+
+def _span_label(x0: float, x1: float) -> str:
+    start = datetime.fromtimestamp(x0, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    end = datetime.fromtimestamp(x1, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"UTC, {start} to {end}"
+
+
 def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit: str = "",
                title: str = "", y_max: float | None = None) -> str:
     """Lines over time: ``series`` maps a name to (timestamp, value) points."""
@@ -151,8 +191,8 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit
             points[name] = converted
     if not points:
         return '<p class="empty">no data points in these logs</p>'
-    left, right, top_pad, bottom = 60, 20, 24, 36
-    height = 240
+    left, right, top_pad, bottom = 60, 20, 24, 44
+    height = 250
     plot_w, plot_h = _WIDTH - left - right, height - top_pad - bottom
     xs = [x for line in points.values() for x, _ in line]
     ys = [y for line in points.values() for _, y in line]
@@ -167,7 +207,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit
     def sy(y: float) -> float:
         return top_pad + plot_h - (min(y, top) / top if top else 0) * plot_h
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
              f'role="img" aria-label="{_esc(title)}">']
     for fraction in (0, 0.25, 0.5, 0.75, 1.0):
         y = top_pad + plot_h - fraction * plot_h
@@ -175,10 +215,13 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit
                      f'stroke="#eee"/>')
         parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
                      f'{_esc(_fmt(top * fraction))}{_esc(unit)}</text>')
-    for x, anchor in ((x0, "start"), (x1, "end")):
-        label = datetime.fromtimestamp(x, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        parts.append(f'<text x="{sx(x):.1f}" y="{height - 12}" text-anchor="{anchor}">'
+    for x, label, anchor in time_ticks(x0, x1):
+        parts.append(f'<line x1="{sx(x):.1f}" y1="{top_pad}" x2="{sx(x):.1f}" '
+                     f'y2="{top_pad + plot_h + 4}" stroke="#eee"/>')
+        parts.append(f'<text x="{sx(x):.1f}" y="{height - 20}" text-anchor="{anchor}">'
                      f'{_esc(label)}</text>')
+    parts.append(f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">'
+                 f'{_esc(_span_label(x0, x1))}</text>')
     legend_x = left
     for index, (name, line) in enumerate(points.items()):
         color = _PALETTE[index % len(_PALETTE)]
@@ -197,10 +240,12 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-          *, limit: int = _MAX_ROWS) -> str:
-    """An HTML table of the first ``limit`` rows (all columns unless named)."""
+          *, limit: int = _MAX_ROWS,
+          empty: str = "no rows: this did not happen in these logs") -> str:
+    """An HTML table of the first ``limit`` rows (all columns unless named), in a box that
+    scrolls sideways when the table is wider than the page; ``empty`` stands in for no rows."""
     if not rows:
-        return '<p class="empty">no rows: this did not happen in these logs</p>'
+        return f'<p class="empty">{_esc(empty)}</p>' if empty else ""
     names = list(columns) if columns is not None else list(rows[0].keys())
     head = "".join(f'<th class="l">{_esc(n)}</th>' if i == 0 else f"<th>{_esc(n)}</th>"
                    for i, n in enumerate(names))
@@ -209,18 +254,35 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = Non
         cells = []
         for i, name in enumerate(names):
             value = row.get(name)
-            css = ' class="l"' if i == 0 or isinstance(value, str) else ""
+            if isinstance(value, str) and "\n" in value:
+                css = ' class="pre"'
+            elif i == 0 or isinstance(value, str):
+                css = ' class="l"'
+            else:
+                css = ""
             cells.append(f"<td{css}>{_esc(_fmt(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = (f'<p class="hint">{len(rows) - limit:,} more rows in the Parquet table.</p>'
             if len(rows) > limit else "")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+    return f'<div class="scroll"><table><tr>{head}</tr>{"".join(body)}</table></div>{more}'
 
 
-def _section(anchor: str, title: str, symptom: str, source: str, body: str) -> str:
+def _section(anchor: str, title: str, symptom: str, source: str, body: str,
+             empty: str | None = None) -> str:
+    """A section; with ``empty`` (why there is nothing to show) that one line stands for the
+    body."""
+    content = f'<p class="empty">{_esc(empty)}</p>' if empty else body
     return (f'<section id="{_esc(anchor)}"><h2>{_esc(title)}</h2>'
             f'<p><span class="symptom">Symptom: {_esc(symptom)}.</span> '
-            f'<span class="hint">From {_esc(source)}.</span></p>{body}</section>')
+            f'<span class="hint">From {_esc(source)}.</span></p>{content}</section>')
+
+
+def _worst_first(rows: Sequence[Mapping[str, Any]], key: str,
+                 descending: bool = True) -> list[Mapping[str, Any]]:
+    """Rows ordered by ``key``, worst first (missing values last)."""
+    present = [r for r in rows if r.get(key) is not None]
+    missing = [r for r in rows if r.get(key) is None]
+    return sorted(present, key=lambda r: r[key], reverse=descending) + missing
 
 
 def _percent(ratio: Any) -> float | None:
@@ -239,22 +301,31 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
 
     sections: list[str] = []
     rng = summary.get("time_range", {})
+    unknown = summary.get("unknown_events") or {}
     facts = [
-        ("Log lines read", summary.get("lines")),
-        ("Malformed or truncated lines (skipped)", summary.get("malformed_lines")),
-        ("… of which not JSON / truncated", summary.get("malformed", {}).get("unparseable")),
-        ("… of which a field of the wrong type",
-         summary.get("malformed", {}).get("schema_mismatch")),
+        ("Log lines read (blank ones not counted)", summary.get("lines")),
+        ("Usable broker events", summary.get("usable_lines")),
+        ("Unusable lines (skipped; by reason below)", summary.get("unusable_lines")),
         ("First event", rng.get("first")), ("Last event", rng.get("last")),
         ("Requests", summary.get("requests")),
         ("Connections refused", sum(summary.get("rejected_connections", {}).values())),
-        ("Undeclared events", json.dumps(summary.get("unknown_events", {})) or "{}"),
+        ("Undeclared events (from a newer broker?)",
+         ", ".join(f"{name} ({count:,})" for name, count in unknown.items()) or "none"),
         ("Schema version", summary.get("schema_version")),
     ]
-    overview = "<table class=\"kv\">" + "".join(
+    overview = "<div class=\"scroll\"><table class=\"kv\">" + "".join(
         f"<tr><th class=\"l\">{_esc(k)}</th><td>{_esc(_fmt(v))}</td></tr>" for k, v in facts
-    ) + "</table>" + "<p class=\"hint\">Inputs: " + _esc(", ".join(summary.get("inputs", []))) \
+    ) + "</table></div>" + "<p class=\"hint\">Inputs: " + _esc(", ".join(summary.get("inputs", []))) \
         + "</p>"
+    overview += "".join(f'<p class="warning">Warning: {_esc(w)}</p>'
+                        for w in summary.get("warnings", []))
+    unusable = summary.get("unusable") or {}
+    if unusable:
+        overview += "<h3>Unusable lines by reason</h3>" + table(
+            [{"reason": reason, "lines": entry.get("count"),
+              "samples (file:line: text)": "\n".join(entry.get("samples", []))}
+             for reason, entry in sorted(unusable.items(), key=lambda kv: -kv[1]["count"])],
+            empty="")
 
     rejected = tables.get("rejected_connections", [])
     sections.append(_section(
@@ -266,12 +337,43 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         + "<h3>By IP</h3>" + bar_chart(_counts(summary.get("rejected_connections_by_ip", {}))[:15],
                                        title="refused connections by IP")
         + table(rejected, ["ip", "listener", "reason", "count", "limit", "first_seen",
-                           "last_seen"])))
+                           "last_seen"]),
+        empty=None if rejected else "No connection was refused in these logs."))
+    closed = tables.get("closed_connections", [])
+    churn = tables.get("connection_churn_by_minute", [])
+    churn_chart = line_chart({
+        name: [(r["minute"], r.get(name)) for r in churn]
+        for name in ("accepted", "closed", "expired", "refused", "connection_count")},
+        title="connections per minute")
     sections.append(_section(
-        "closed", "Connections closed", "clients are disconnected unexpectedly",
-        "connection_closed",
-        bar_chart(_counts(summary.get("closed_connections", {})), title="closed by reason")
-        + table(tables.get("closed_connections", []))))
+        "closed", "Connections: churn and closes",
+        "clients are disconnected unexpectedly, or connect and disconnect too often",
+        "connection_accepted, connection_closed, connection_expired, connection_rejected, "
+        "metrics_snapshot (connection_count)",
+        "<h3>Per minute</h3>" + churn_chart
+        + "<h3>Closed by reason</h3>"
+        + bar_chart(_counts(summary.get("closed_connections", {})), title="closed by reason")
+        + table(closed, empty="No connection was closed in these logs.")
+        + "<h3>Busiest minutes first</h3>"
+        + table([{**r, "closed_by_reason": ", ".join(
+            f"{k}: {v}" for k, v in (r.get("closed_by_reason") or {}).items())}
+                 for r in sorted(churn, key=lambda r: -sum(
+                     int(r.get(k) or 0) for k in ("accepted", "closed", "expired",
+                                                  "refused")))],
+                ["minute", "accepted", "closed", "expired", "refused", "connection_count",
+                 "closed_by_reason"]),
+        empty=None if churn else "No connection was accepted, closed or refused in these "
+                                 "logs (and no metrics snapshot counted connections)."))
+    frames = tables.get("invalid_frames", [])
+    sections.append(_section(
+        "invalid", "Invalid frames",
+        "clients send frames the broker refuses and is disconnected for (wrong protocol, "
+        "oversized or corrupt requests)", "invalid_request",
+        bar_chart(_counts(summary.get("invalid_frames_by_reason", {})),
+                  title="invalid frames by reason")
+        + table(frames, ["reason", "peer", "count", "max_size", "api_keys", "example_detail",
+                         "first_seen", "last_seen"]),
+        empty=None if frames else "No invalid frame in these logs."))
 
     timeline = tables.get("metrics_timeline", [])
     idle_chart = line_chart({
@@ -280,6 +382,8 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "request handler idle %": [
             (r["ts"], _percent(r.get("request_handler_avg_idle_percent"))) for r in timeline],
     }, unit="%", title="idle percent over time", y_max=100.0)
+    saturation = tables.get("saturation_by_minute", [])
+    mutes = tables.get("mutes_by_reason", [])
     sections.append(_section(
         "saturation", "I/O and processor saturation",
         "requests are slow although the business logic is normal (slow I/O: low "
@@ -287,10 +391,14 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "metrics_snapshot, connection_muted, connection_unmuted, throttle_started",
         "<h3>Idle percent over time</h3>" + idle_chart
         + "<h3>Mutes by reason</h3>"
-        + bar_chart([(str(r["reason"]), float(r["mutes"] or 0))
-                     for r in tables.get("mutes_by_reason", [])], title="mutes by reason")
-        + table(tables.get("mutes_by_reason", []))
-        + "<h3>Per minute</h3>" + table(tables.get("saturation_by_minute", []))))
+        + bar_chart([(str(r["reason"]), float(r["mutes"] or 0)) for r in mutes],
+                    title="mutes by reason")
+        + table(mutes, empty="No connection was muted in these logs.")
+        + "<h3>Per minute, least idle first</h3>"
+        + table(_worst_first(saturation, "min_network_idle_percent", descending=False)),
+        empty=None if timeline or saturation or mutes else
+        "No metrics snapshot, mute or throttle in these logs (snapshots are written every "
+        "logging.metrics.snapshot.interval.ms; 0 turns them off)."))
 
     queue_rows = tables.get("request_queue_by_minute", [])
     sections.append(_section(
@@ -310,7 +418,14 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
                       "max request_queue_ms": [(r["minute"], r.get("max_request_queue_ms"))
                                                for r in queue_rows]},
                      unit=" ms", title="request queue time per minute")
-        + table(queue_rows)))
+        + "<h3>Worst minutes first (p99 service time)</h3>"
+        + table(_worst_first(queue_rows, "p99_service_ms"),
+                ["minute", "broker", "requests", "errors", "p99_service_ms",
+                 "avg_request_queue_ms", "p95_request_queue_ms", "max_request_queue_ms",
+                 "max_request_queue_size", "min_memory_pool_available",
+                 "avg_handler_idle_percent"]),
+        empty=None if queue_rows or timeline else "No request line or metrics snapshot in "
+                                                  "these logs."))
 
     latency = tables.get("latency_by_api", [])
     shares = [(str(r["api"]), [float(r.get(f"{s.removesuffix('_ms')}_share") or 0.0)
@@ -321,16 +436,47 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "num.io.threads)", "request (total_ms and its stages)",
         "<h3>Where the time goes, per API</h3>"
         + stacked_bars(shares, [s.removesuffix("_ms") for s in STAGES], title="stage shares")
-        + "<h3>p99 total time per API</h3>"
-        + bar_chart([(str(r["api"]), float(r.get("p99_total_ms") or 0.0)) for r in latency],
-                    unit=" ms", title="p99 total_ms")
+        + "<h3>p99 service time per API</h3><p class=\"hint\">Service time is the total time "
+          "less the waiting asked for: a Fetch's long poll (remote time, up to "
+          f"{_fmt(summary.get('fetch_max_wait_ms', 500.0))} ms) and a JoinGroup's or "
+          "SyncGroup's rebalance wait.</p>"
+        + bar_chart([(str(r["api"]), float(r.get("p99_service_ms") or 0.0)) for r in latency],
+                    unit=" ms", title="p99 service_ms")
         + table(latency, ["api", "requests", "errors", "p50_total_ms", "p95_total_ms",
-                          "p99_total_ms", "max_total_ms",
+                          "p99_total_ms", "max_total_ms", "p99_service_ms",
                           *(f"p99_{s}" for s in STAGES)])
-        + "<h3>Slowest requests</h3>"
+        + "<h3>Slowest requests (expected waits set aside)</h3>"
         + table(tables.get("slowest_requests", []),
-                ["ts", "api", "client_id", "total_ms", "dominant_stage", *STAGES, "error",
-                 "connection_id"])))
+                ["ts", "api", "client_id", "service_ms", "expected_wait_ms", "total_ms",
+                 "waited", "dominant_stage", *STAGES, "error", "connection_id"]),
+        empty=None if latency else "No request line in these logs."))
+
+    by_client = tables.get("latency_by_client", [])
+    sections.append(_section(
+        "slow-clients", "Slow clients",
+        "some clients see slow responses (their APIs, their request sizes, their connection)",
+        "request (client_id, api, total_ms)",
+        "<h3>p99 service time per client</h3>"
+        + bar_chart([(str(r["client_id"]), float(r.get("p99_service_ms") or 0.0))
+                     for r in by_client[:15]], unit=" ms", title="p99 service_ms by client")
+        + table(by_client, ["client_id", "requests", "errors", "p50_total_ms", "p95_total_ms",
+                            "p99_total_ms", "p50_service_ms", "p95_service_ms",
+                            "p99_service_ms", "max_service_ms"])
+        + "<h3>Per client and API, slowest first</h3>"
+        + table(tables.get("latency_by_client_api", []),
+                ["client_id", "api", "requests", "errors", "p50_total_ms", "p95_total_ms",
+                 "p99_total_ms", "p99_service_ms", "max_service_ms"]),
+        empty=None if by_client else "No request line in these logs."))
+
+    errors = tables.get("errors_by_code", [])
+    sections.append(_section(
+        "errors", "Errors by API and code",
+        "requests fail (which API, which error code, how many clients)",
+        "request (api, error)",
+        bar_chart([(f"{r['api']}: {r['error']}", float(r["count"])) for r in errors[:20]],
+                  title="failed requests by API and error code")
+        + table(errors, ["api", "error", "count", "clients", "first_seen", "last_seen"]),
+        empty=None if errors else "Every request in these logs succeeded (error NONE)."))
 
     clients = tables.get("top_clients", [])
     by_bytes = sorted(clients, key=lambda r: -(r.get("total_bytes") or 0))
@@ -357,14 +503,20 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "consumers stall or re-read data: frequent group rebalances",
         "rebalance_started, rebalance_completed, group_join, member_left, member_expired",
         bar_chart(_counts(summary.get("group_rebalances", {})), title="rebalances by group")
-        + table(tables.get("group_rebalances", []))))
+        + table(tables.get("group_rebalances", [])),
+        empty=None if tables.get("group_rebalances") else
+        "No consumer-group event in these logs (no group used this broker)."))
 
     toc = "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t in (
-        ("rejected", "Connections refused"), ("closed", "Connections closed"),
+        ("rejected", "Connections refused"), ("closed", "Connections: churn and closes"),
+        ("invalid", "Invalid frames"),
         ("saturation", "I/O and processor saturation"), ("queue", "Request queue blocking"),
-        ("latency", "Slow request handling"), ("clients", "Top clients"),
+        ("latency", "Slow request handling"), ("slow-clients", "Slow clients"),
+        ("errors", "Errors by API and code"), ("clients", "Top clients"),
         ("throttled", "Throttled clients"), ("groups", "Consumer-group rebalances")))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>trio_broker log analysis</title>"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<style>{_CSS}</style></head><body><h1>trio_broker log analysis</h1>"
+            "<p class=\"hint\">All times are UTC.</p>"
             f"{overview}<ul>{toc}</ul>{''.join(sections)}</body></html>\n")

@@ -208,27 +208,27 @@ def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFr
 
     def count_of(name: str) -> Any:
         # ``event`` is null on malformed lines: count them as "not this event", not as null.
-        return F.sum(F.when(event == name, 1).otherwise(0))
+        return F.try_sum(F.when(event == name, 1).otherwise(0))
 
     return (lines
             .withColumn("event_time", F.coalesce(F.col("ts"), F.current_timestamp()))
             .withWatermark("event_time", watermark)
             .groupBy(F.window("event_time", "1 minute"), F.col("broker"))
             .agg(count_of("request").alias("requests"),
-                 F.sum(F.when(event == "request", F.col("error").isNotNull()
+                 F.try_sum(F.when(event == "request", F.col("error").isNotNull()
                               & ~F.col("error").isin("NONE", "")).cast("long")).alias("errors"),
                  F.percentile_approx(F.when(event == "request", F.col("total_ms")), 0.95, 10000)
                  .alias("p95_total_ms"),
                  F.max(F.when(event == "request", F.col("request_queue_ms")))
                  .alias("max_request_queue_ms"),
-                 F.sum(F.when(event == "request", F.col("request_bytes"))).alias("request_bytes"),
+                 F.try_sum(F.when(event == "request", F.col("request_bytes"))).alias("request_bytes"),
                  count_of("connection_accepted").alias("accepted"),
                  count_of("connection_rejected").alias("rejected"),
                  count_of("connection_muted").alias("mutes"),
                  count_of("throttle_started").alias("throttles"),
                  F.min("network_processor_avg_idle_percent").alias("min_network_idle_percent"),
                  F.max("request_queue_size").alias("max_request_queue_size"),
-                 F.sum(F.col(CORRUPT_RECORD).isNotNull().cast("long")).alias("malformed"))
+                 F.try_sum(F.col(CORRUPT_RECORD).isNotNull().cast("long")).alias("malformed"))
             .select(F.col("window.start").alias("minute"), "broker", "requests", "errors",
                     "p95_total_ms", "max_request_queue_ms", "request_bytes", "accepted",
                     "rejected", "mutes", "throttles", "min_network_idle_percent",
@@ -280,19 +280,23 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
     tailer = LogTailer(directory, spool, from_start=from_start)
     poll_interval = min(1.0, max(trigger_seconds / 2, 0.1))
     polling = threading.Event()
-    reported = 0
+    batches = 0
 
     def poll_until_stopped() -> None:
         # Its own thread: starting the query takes seconds, and the live file must be followed
         # meanwhile (rotation could otherwise delete lines before they are read).
-        nonlocal reported
         while True:
             tailer.poll()
-            if progress is not None and tailer.lines != reported:
-                reported = tailer.lines
-                progress(f"followed {reported} line(s) from {directory}")
             if polling.wait(poll_interval):
                 return
+
+    def handle(frame: DataFrame, batch_id: int) -> None:
+        nonlocal batches
+        on_batch(frame, batch_id)
+        batches += 1
+        if progress is not None:
+            progress(f"batch {batch_id}: {tailer.lines} line(s) followed from {directory} "
+                     "so far")
 
     tailer.poll()  # open the files (and spool what they hold) before Spark lists the spool
     poller = threading.Thread(target=poll_until_stopped, name="trio-broker-follow", daemon=True)
@@ -305,10 +309,10 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
                  .option("mode", "PERMISSIVE")
                  .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
                  .json(str(spool))
-                 .withColumn("ts", F.to_timestamp(F.col("timestamp"))))
+                 .withColumn("ts", F.try_to_timestamp(F.col("timestamp"))))
         query = (minute_aggregates(lines).writeStream
                  .outputMode("update")
-                 .foreachBatch(on_batch)
+                 .foreachBatch(handle)
                  .option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(processingTime=f"{max(trigger_seconds, 0.1)} seconds")
                  .start())
@@ -329,6 +333,9 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
         tailer.close()
         if query is not None:
             query.stop()
+        if progress is not None:
+            progress(f"stopped: {tailer.lines} line(s) followed from {directory} in "
+                     f"{batches} batch(es)")
     exception = query.exception() if query is not None else None
     if exception is not None:
         raise RuntimeError(f"the streaming query failed: {exception}")

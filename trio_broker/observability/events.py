@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import attrs
 
 #: Bumped whenever an event or field is removed or changes type (adding is compatible).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 STRING = "string"
 LONG = "long"
@@ -31,9 +31,12 @@ class EventSpec:
     description: str
     fields: Mapping[str, str]
     level: str = "info"
+    #: Fields every line of the event carries; the others are optional (readers must cope).
+    required: tuple[str, ...] = ()
 
 
 #: Fields on every line. ``timestamp`` is ISO 8601 UTC, ``broker`` the node id.
+#: Of these, :data:`REQUIRED_COMMON_FIELDS` are what makes a line a broker event.
 COMMON_FIELDS: Mapping[str, str] = {
     "timestamp": STRING,
     "level": STRING,
@@ -50,6 +53,9 @@ CONNECTION_FIELDS: Mapping[str, str] = {
     "peer": STRING,
     "security_protocol": STRING,
 }
+
+#: The common fields a reader needs on every line (the rest of a line may be missing).
+REQUIRED_COMMON_FIELDS = ("timestamp", "event")
 
 _LISTENER = {"listener": STRING}
 _GROUP = {**CONNECTION_FIELDS, "group_id": STRING}
@@ -79,8 +85,9 @@ REQUEST_FIELDS: Mapping[str, str] = {
 }
 
 
-def _spec(name: str, description: str, fields: Mapping[str, str], level: str = "info") -> EventSpec:
-    return EventSpec(name, description, dict(fields), level)
+def _spec(name: str, description: str, fields: Mapping[str, str], level: str = "info",
+          required: tuple[str, ...] = ()) -> EventSpec:
+    return EventSpec(name, description, dict(fields), level, required)
 
 
 _EVENT_LIST = [
@@ -130,15 +137,16 @@ _EVENT_LIST = [
           {**CONNECTION_FIELDS, "reason": STRING, "inflight": LONG}),
     _spec("connection_unmuted", "A connection resumed reading.",
           {**CONNECTION_FIELDS, "reason": STRING, "muted_ms": DOUBLE}),
-    _spec("invalid_request", "A frame was refused; the connection is closed as Kafka does.",
+    _spec("invalid_request", "A frame was refused; the connection is closed as Kafka does. "
+          "`reason`: invalid_size, header_too_short, unknown_api_key, unsupported_api (a known "
+          "API this broker does not serve), unsupported_version, bad_header, bad_body.",
           {**CONNECTION_FIELDS, "reason": STRING, "api_key": LONG, "api_version": LONG,
            "size": LONG, "detail": STRING}, "warning"),
-    _spec("unsupported_api", "A request named an API this broker does not implement.",
-          {**CONNECTION_FIELDS, "api_key": LONG, "api_version": LONG, "api": STRING}, "warning"),
     _spec("client_registered", "A client identified itself with ApiVersions (KIP-511).",
           {**CONNECTION_FIELDS, "client_software_name": STRING,
            "client_software_version": STRING}),
-    _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS),
+    _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS,
+          required=("api",)),
     _spec("request_failed", "A handler raised; the request is answered with the API's error "
           "response (UNKNOWN_SERVER_ERROR), or the connection closed when there is none.",
           {**CONNECTION_FIELDS, "api": STRING, "correlation_id": LONG, "error": STRING,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .events import COMMON_FIELDS, EVENTS, SCHEMA_VERSION
+from .events import COMMON_FIELDS, EVENTS, REQUIRED_COMMON_FIELDS, SCHEMA_VERSION
 
 BEGIN = "<!-- BEGIN EVENT REFERENCE (generated from trio_broker/observability/events.py) -->"
 END = "<!-- END EVENT REFERENCE -->"
@@ -19,16 +19,22 @@ END = "<!-- END EVENT REFERENCE -->"
 def render_reference() -> str:
     """The generated Markdown: schema version, common fields, then one table per event."""
     out = [BEGIN, "", f"Schema version: **{SCHEMA_VERSION}**. {len(EVENTS)} events.", "",
-           "### Fields on every line", "", "| field | type |", "| --- | --- |"]
-    out += [f"| `{name}` | {type_name} |" for name, type_name in COMMON_FIELDS.items()]
+           "Fields marked *optional* may be missing from a line (readers must cope); the others "
+           "are on every line of the event.", "",
+           "### Fields on every line", "", "| field | type | presence |", "| --- | --- | --- |"]
+    out += [f"| `{name}` | {type_name} | "
+            f"{'always' if name in REQUIRED_COMMON_FIELDS else 'optional'} |"
+            for name, type_name in COMMON_FIELDS.items()]
     out += ["", "### Events", ""]
     out += [f"- [`{name}`](#event-{name.replace('_', '-')})" for name in EVENTS]
     for name, spec in EVENTS.items():
         out += ["", f"#### `{name}`", "", f'<a id="event-{name.replace("_", "-")}"></a>', "",
                 f"{spec.description} Level: `{spec.level}`.", ""]
         if spec.fields:
-            out += ["| field | type |", "| --- | --- |"]
-            out += [f"| `{field}` | {type_name} |" for field, type_name in spec.fields.items()]
+            out += ["| field | type | presence |", "| --- | --- | --- |"]
+            out += [f"| `{field}` | {type_name} | "
+                    f"{'always' if field in spec.required else '*optional*'} |"
+                    for field, type_name in spec.fields.items()]
         else:
             out.append("No fields besides the common ones.")
     out += ["", END]

@@ -1,0 +1,289 @@
+"""Log analytics: ``trio_broker analyze`` against a single-pass plain-Python baseline.
+
+A broker log of ``--lines`` lines (2,000,000 by default, about 1.1 GB; mostly ``request`` lines,
+plus snapshots, connection churn, refusals, invalid frames, group events and a few damaged lines)
+is generated into a temporary directory. Then, in the same run and on the same file:
+
+- the baseline: one Python process reading the file once with ``json.loads`` and computing the
+  headline figures (requests and errors per API, exact p99 of ``total_ms`` per API);
+- ``python -m trio_broker analyze FILE --out DIR`` (Spark in local mode, JVM included).
+
+Both are measured as process trees (wall time, and peak RSS summed over the process and its
+children, polled from /proc every 50 ms). Targets: analyze within 2x the baseline's time and
+2 GB peak. The headline figures of both are compared, so a fast but wrong job fails the bench.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .common import REPO_ROOT, BenchResult, Figure, bench_env
+
+DEFAULT_LINES = 2_000_000
+QUICK_LINES = 200_000
+TARGET_RATIO = 2.0
+TARGET_PEAK_BYTES = 2 * 1024**3
+
+_APIS = [("Produce", 0, 9, 0.40), ("Fetch", 1, 13, 0.35), ("Metadata", 3, 12, 0.08),
+         ("OffsetCommit", 8, 8, 0.05), ("Heartbeat", 12, 4, 0.06), ("JoinGroup", 11, 9, 0.01),
+         ("SyncGroup", 14, 5, 0.01), ("ApiVersions", 18, 3, 0.02), ("ListOffsets", 2, 7, 0.02)]
+_ERRORS = ["NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION", "REQUEST_TIMED_OUT",
+           "REBALANCE_IN_PROGRESS"]
+
+
+def generate_log(path: Path, lines: int, seed: int = 12) -> None:
+    """Write a broker log of ``lines`` lines (formatted by hand: json.dumps is the slow part)."""
+    rng = random.Random(seed)
+    weights = [w for *_, w in _APIS]
+    clients = [(f"client-{i}", f"10.1.{i // 250}.{i % 250}") for i in range(40)]
+    # Pools of pre-drawn values keep the generator fast; the mix still varies per line.
+    pool = 4096
+    apis = rng.choices(_APIS, weights, k=pool)
+    uniform = [rng.random() for _ in range(pool)]
+    expo = [rng.expovariate(1.0) for _ in range(pool)]
+    head = '{"timestamp":"%s","level":"info","event":"%s","broker":1,"schema_version":1'
+    second = 0.0
+    with path.open("w", encoding="utf-8", buffering=1 << 20) as out:
+        chunk: list[str] = []
+        for n in range(lines):
+            second += 0.0009
+            whole = int(second)
+            stamp = (f"2026-03-14T{9 + whole // 3600:02d}:{whole // 60 % 60:02d}:"
+                     f"{whole % 60:02d}.{int((second - whole) * 1e6):06d}Z")
+            k = n % pool
+            client, ip = clients[(n * 7) % len(clients)]
+            conn = (f',"connection_id":"127.0.0.1:9092-{ip}:{40000 + n % 97}-0-{n % 997}",'
+                    f'"listener":"PLAINTEXT","processor":{n % 2},"peer":"{ip}:{40000 + n % 97}",'
+                    '"security_protocol":"PLAINTEXT"')
+            if n % 500 == 0:
+                chunk.append(head % (stamp, "metrics_snapshot") + (
+                    f',"request_queue_size":{n % 37},"response_queue_size":{n % 5},'
+                    f'"network_processor_avg_idle_percent":{uniform[k]:.4f},'
+                    f'"memory_pool_available":{1 << 24},"memory_pool_used":{n % 9999},'
+                    f'"connection_count":{30 + n % 11},'
+                    f'"request_handler_avg_idle_percent":{uniform[k - 1]:.4f}}}'))
+                continue
+            if n % 211 == 0:
+                event = ("connection_accepted", "connection_closed", "connection_expired",
+                         "connection_rejected", "invalid_request", "rebalance_started",
+                         "rebalance_completed", "throttle_started")[(n // 211) % 8]
+                if event == "connection_accepted":
+                    chunk.append(head % (stamp, event) + conn + f',"ip":"{ip}"}}')
+                elif event == "connection_closed":
+                    reason = ("client", "idle", "invalid_frame", "shutdown")[n % 4]
+                    chunk.append(head % (stamp, event) + conn + (
+                        f',"reason":"{reason}","detail":"","requests":{n % 300},'
+                        f'"duration_ms":{expo[k] * 60000:.3f}}}'))
+                elif event == "connection_expired":
+                    chunk.append(head % (stamp, event) + conn + ',"idle_ms":600000.0}')
+                elif event == "connection_rejected":
+                    chunk.append(head % (stamp, event) + (
+                        f',"listener":"PLAINTEXT","ip":"{ip}","peer":"{ip}:5555",'
+                        '"reason":"per_ip_limit","limit":50,"detail":"too many"}'))
+                elif event == "invalid_request":
+                    chunk.append(head % (stamp, event) + conn + (
+                        ',"reason":"frame_too_large","size":104857700,"detail":"over limit"}'))
+                elif event == "rebalance_started":
+                    chunk.append(head % (stamp, event) + conn + (
+                        f',"group_id":"group-{n % 5}","reason":"member joined",'
+                        f'"generation":{n % 50},"members":3,"previous_state":"Stable"}}'))
+                elif event == "rebalance_completed":
+                    chunk.append(head % (stamp, event) + conn + (
+                        f',"group_id":"group-{n % 5}","generation":{n % 50 + 1},'
+                        '"protocol":"range","leader":"m-1","members":3,"state":"Stable",'
+                        f'"duration_ms":{3000 + expo[k] * 1000:.3f}}}'))
+                else:
+                    chunk.append(head % (stamp, event) + conn + (
+                        f',"client_id":"{client}","quota_type":"produce",'
+                        f'"throttle_ms":{expo[k] * 100:.3f}}}'))
+                continue
+            if n % 100_003 == 7:  # a torn line, as a crash leaves it
+                chunk.append(head % (stamp, "request") + ',"api":"Pro')
+                continue
+            api, key, version, _ = apis[k]
+            queue = expo[k] * 0.4
+            local = expo[k - 3] * (3.0 if api == "Produce" else 1.0)
+            remote = (uniform[k - 5] * 500.0 if api == "Fetch" and uniform[k - 7] < 0.3
+                      else 0.0)
+            send = expo[k - 11] * 0.2
+            total = queue + local + remote + send + 0.05
+            error = _ERRORS[n % 4] if uniform[k - 13] < 0.01 else "NONE"
+            chunk.append(head % (stamp, "request") + conn + (
+                f',"api":"{api}","api_key":{key},"api_version":{version},'
+                f'"correlation_id":{n},"client_id":"{client}",'
+                '"client_software_name":"librdkafka","client_software_version":"2.3.0",'
+                f'"principal":"User:ANONYMOUS","request_bytes":{100 + n % 9000},'
+                f'"response_bytes":{50 + (n * 13) % 20000},"error":"{error}",'
+                f'"response_action":"send","request_queue_ms":{queue:.3f},'
+                f'"local_ms":{local:.3f},"remote_ms":{remote:.3f},"throttle_ms":0.0,'
+                f'"response_queue_ms":0.01,"send_ms":{send:.3f},"total_ms":{total:.3f}}}'))
+            if len(chunk) >= 10_000:
+                out.write("\n".join(chunk) + "\n")
+                chunk.clear()
+        if chunk:
+            out.write("\n".join(chunk) + "\n")
+
+
+#: The plain-Python baseline: one pass, the headline figures, printed as JSON.
+BASELINE = r"""
+import json, math, sys
+from collections import Counter, defaultdict
+requests, errors, totals = Counter(), Counter(), defaultdict(list)
+with open(sys.argv[1], "rb") as handle:
+    for line in handle:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("event") != "request":
+            continue
+        api = record.get("api")
+        if not isinstance(api, str):
+            continue
+        requests[api] += 1
+        if record.get("error") not in (None, "NONE", ""):
+            errors[api] += 1
+        total = record.get("total_ms")
+        if isinstance(total, (int, float)):
+            totals[api].append(total)
+p99 = {}
+for api, values in totals.items():
+    values.sort()
+    p99[api] = values[max(0, math.ceil(0.99 * len(values)) - 1)]
+print(json.dumps({"requests_by_api": requests, "errors_by_api": errors, "p99_by_api": p99}))
+"""
+
+
+def _tree_rss(root: int) -> int:
+    """RSS of ``root`` and all its descendants, in bytes (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def measure(argv: Sequence[str], *, cwd: Path) -> tuple[float, int, str, str]:
+    """Run ``argv``; (wall seconds, peak RSS of the process tree in bytes, stdout, stderr)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(list(argv), cwd=cwd, env=bench_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    peak = 0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(process.pid))
+            done.wait(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    out, err = process.communicate()
+    elapsed = time.perf_counter() - started
+    done.set()
+    poller.join()
+    if process.returncode != 0:
+        raise RuntimeError(f"{argv[2:4]} exited {process.returncode}: {err[-2000:]}")
+    return elapsed, peak, out, err
+
+
+def _agree(baseline: dict[str, dict[str, float]], summary: dict[str, object]) -> list[str]:
+    """Where analyze's headline figures differ from the baseline's (p99 within 1%)."""
+    problems = []
+    if summary.get("requests_by_api") != baseline["requests_by_api"]:
+        problems.append("requests per API differ")
+    if summary.get("errors_by_api") != baseline["errors_by_api"]:
+        problems.append("errors per API differ")
+    latency = summary.get("latency_ms_by_api")
+    assert isinstance(latency, dict)
+    for api, exact in baseline["p99_by_api"].items():
+        got = (latency.get(api) or {}).get("p99")
+        if got is None or not math.isclose(got, exact, rel_tol=0.01, abs_tol=0.01):
+            problems.append(f"p99 of {api}: {got} vs exact {exact}")
+    return problems
+
+
+def run(quick: bool, lines: int | None = None) -> BenchResult:
+    """Generate the log, run the baseline and ``analyze``, report time and peak memory."""
+    count = lines if lines is not None else (QUICK_LINES if quick else DEFAULT_LINES)
+    result = BenchResult("analytics")
+    work = Path(tempfile.mkdtemp(prefix="trio-broker-bench-analytics-"))
+    try:
+        log = work / "broker.log"
+        started = time.perf_counter()
+        generate_log(log, count)
+        size = log.stat().st_size
+        result.notes.append(f"generated {count:,} lines ({size / 1e9:.2f} GB) in "
+                            f"{time.perf_counter() - started:.1f} s")
+        load_before = os.getloadavg()[0]
+        base_s, base_peak, base_out, _ = measure([sys.executable, "-c", BASELINE, str(log)],
+                                                 cwd=REPO_ROOT)
+        out = work / "out"
+        spark_s, spark_peak, _, spark_err = measure(
+            [sys.executable, "-m", "trio_broker", "analyze", str(log), "--out", str(out)],
+            cwd=REPO_ROOT)
+        load_after = os.getloadavg()[0]
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        problems = _agree(json.loads(base_out), summary)
+        ratio_ok = spark_s <= TARGET_RATIO * base_s
+        result.figures += [
+            Figure("analyze wall time", spark_s, "s", "single-pass Python", base_s,
+                   f"<= {TARGET_RATIO:g}x baseline", ratio_ok and not problems,
+                   "; ".join(problems) or "headline figures equal the baseline's"),
+            Figure("analyze peak RSS (process tree, JVM included)", spark_peak / 2**20, "MiB",
+                   "single-pass Python", base_peak / 2**20, "<= 2048 MiB",
+                   spark_peak <= TARGET_PEAK_BYTES),
+            Figure("analyze lines per second", count / spark_s, "lines/s", "single-pass Python",
+                   count / base_s),
+        ]
+        result.notes.append(f"load average (1 min) {load_before:.2f} before, {load_after:.2f} "
+                            f"after, on {os.cpu_count()} CPUs (a shared machine slows both)")
+        stages = [line for line in spark_err.splitlines() if line.startswith("analyze: [")]
+        result.details += stages[-20:]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.analytics [--lines N]``: this benchmark alone."""
+    import argparse
+
+    from .__main__ import render
+
+    parser = argparse.ArgumentParser(prog="python -m bench.analytics")
+    parser.add_argument("--lines", type=int, default=DEFAULT_LINES)
+    args = parser.parse_args(argv)
+    result = run(False, lines=args.lines)
+    print(render([result]))
+    return 0 if all(f.met is not False for f in result.figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
