@@ -396,8 +396,9 @@ def test_report_renders_in_a_browser(analysis: AnalysisResult, tmp_path: Path,
     """Chromium lays the report out at desktop and phone width: the page itself never scrolls
     sideways (wide tables scroll inside their box), and a screenshot is taken."""
     browser = _chromium()
-    if browser is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    # A prerequisite of the suite like Java and kcat (README; .ci/run installs it): a missing
+    # browser fails loudly instead of skipping the only check of the page's layout.
+    assert browser is not None, "chromium is not installed (Debian: apt-get install -y chromium)"
     page = (analysis.out / "report.html").read_text(encoding="utf-8")
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", "<script>document.title = 'W' + "
