@@ -374,3 +374,65 @@ async def test_failing_background_job_does_not_stop_the_broker(
     assert len(calls) == 3
     failed = log_events.events("background_task_failed")
     assert len(failed) == 3 and failed[0]["task"] == "_retention_pass"
+
+
+async def test_delete_records_moves_the_log_start_offset_durably(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("d", 1, {"segment.bytes": "300"})
+    lm.create_topic("compacted", 1, {"cleanup.policy": "compact"})
+    for i in range(10):
+        await lm.append("d", 0, batch([b"%02d" % i * 20]))
+    log = lm.get_partition("d", 0)
+    assert log is not None and len(log.segments) > 3
+    segments_before = len(log.segments)
+    assert await lm.delete_records("d", 0, 7) == 7
+    # whole segments below the new start are gone; the one holding offset 7 stays
+    assert len(log.segments) < segments_before and log.segments[0].base_offset <= 7
+    assert lm.list_offset("d", 0, -2) == (7, -1)
+    with pytest.raises(se.OffsetOutOfRange):
+        lm.read("d", 0, 6, 1000)
+    assert [o for o, _ in read_all(lm, "d") if o >= 7] == [7, 8, 9]
+    # lower than the current start: no change; past the high watermark or negative: refused
+    assert await lm.delete_records("d", 0, 3) == 7
+    with pytest.raises(se.OffsetOutOfRange):
+        await lm.delete_records("d", 0, 11)
+    with pytest.raises(se.OffsetOutOfRange):
+        await lm.delete_records("d", 0, -5)
+    with pytest.raises(se.PolicyViolation):
+        await lm.delete_records("compacted", 0, 0)
+    # the start survives a clean restart and a crash (Kafka's log-start-offset checkpoint)
+    lm = reopen(lm)
+    assert lm.list_offset("d", 0, -2) == (7, -1)
+    lm = reopen(lm, after_crash=True)
+    assert lm.list_offset("d", 0, -2) == (7, -1)
+    with pytest.raises(se.OffsetOutOfRange):
+        lm.read("d", 0, 6, 1000)
+    # -1 deletes up to the high watermark; appends continue from there
+    assert await lm.delete_records("d", 0, -1) == 10
+    assert (await lm.append("d", 0, batch([b"after"]))).base_offset == 10
+    assert read_all(lm, "d") == [(10, b"after")]
+    lm.close()
+
+
+async def test_retention_keeps_working_after_delete_records(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("r", 1, {"segment.bytes": "300", "retention.bytes": "700"})
+    now = now_ms()
+    for _ in range(10):
+        await lm.append("r", 0, batch([b"y" * 50]))
+    log = lm.get_partition("r", 0)
+    assert log is not None
+    # a start offset inside a segment is kept by size-based retention when larger
+    second = log.segments[1].base_offset
+    await lm.delete_records("r", 0, second + 1)
+    assert log.segments[0].base_offset == second
+    log.delete_old_segments(now)
+    assert log.log_start_offset >= second + 1
+    assert log.size_bytes - log.segments[0].size < 700 <= log.size_bytes
+    # time-based retention moves the start past a DeleteRecords start too
+    lm.alter_topic_config("r", {"retention.ms": "1", "retention.bytes": "-1"}, incremental=True)
+    log.delete_old_segments(now_ms() + 3_600_000)
+    assert log.log_start_offset == log.log_end_offset == 10
+    lm = reopen(lm)
+    assert lm.list_offset("r", 0, -2) == (10, -1)
+    lm.close()

@@ -24,6 +24,7 @@ from .errors import (
     InvalidRecord,
     KafkaStorageError,
     OffsetOutOfRange,
+    PolicyViolation,
     StorageError,
 )
 from .producer_state import ProducerStateManager
@@ -79,7 +80,8 @@ class PartitionLog:
         self._flush_lock = trio.Lock()
 
     # ------------------------------------------------------------------------------ opening
-    def open(self, *, clean: bool, recovery_point: int | None) -> None:
+    def open(self, *, clean: bool, recovery_point: int | None,
+             log_start_offset: int | None = None) -> None:
         """Load the segments found on disk; recover those that may hold unflushed data.
 
         A clean shutdown trusts every index (checked for sanity, rebuilt when broken). After a
@@ -127,7 +129,9 @@ class PartitionLog:
                 del self.segments[index + 1:]
                 del self._bases[index + 1:]
                 break
-        self.log_start_offset = self.segments[0].base_offset
+        # Kafka's log-start-offset checkpoint: DeleteRecords may have moved it into a segment.
+        self.log_start_offset = min(max(self.segments[0].base_offset, log_start_offset or 0),
+                                    self.log_end_offset)
         self.recovery_point = self.log_end_offset if clean else min(point, self.log_end_offset)
         self._load_producer_state()
 
@@ -374,14 +378,54 @@ class PartitionLog:
         return best.offset_of_max_timestamp, target
 
     # ---------------------------------------------------------------------------- retention
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (-1: the high watermark).
+
+        As Kafka's ``Partition.deleteRecordsOnLeader``: a negative offset or one past the high
+        watermark is OFFSET_OUT_OF_RANGE; a lower offset than the current start changes nothing.
+        Whole segments below the new start go at once (Kafka's retention pass does it a little
+        later). Returns the new log start offset (the response's low watermark); the caller
+        persists it.
+        """
+        if not self.config.delete_enabled:
+            raise PolicyViolation(
+                f"Records of partition {self.topic}-{self.partition} can not be deleted due to "
+                "the configured policy")
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            raise OffsetOutOfRange(
+                f"Cannot increment the log start offset to {target} of partition "
+                f"{self.topic}-{self.partition} since it is larger than the high watermark "
+                f"{self.high_watermark}" if target >= 0 else
+                f"The offset {offset} for partition {self.topic}-{self.partition} is not valid")
+        if target > self.log_start_offset:
+            self.log_start_offset = target
+            self.producer_state.on_log_start_advanced(target)
+            emit("log_start_offset_advanced", topic=self.topic, partition=self.partition,
+                 log_start_offset=target, reason="delete_records")
+            self._delete_segments(self._breached_by_start(), "log_start_offset")
+        return self.log_start_offset
+
+    def _breached_by_start(self) -> int:
+        """How many leading segments lie wholly below the log start offset (Kafka's
+        ``deleteLogStartOffsetBreachedSegments``: the next segment starts at or below it)."""
+        count = 0
+        for later in self.segments[1:]:
+            if later.base_offset > self.log_start_offset:
+                break
+            count += 1
+        return count
+
     def delete_old_segments(self, now: int) -> int:
-        """Kafka's retention: drop the oldest segments past ``retention.ms`` or while the log
-        exceeds ``retention.bytes``. Returns the number of segments deleted."""
+        """Kafka's retention: drop the oldest segments past ``retention.ms``, while the log
+        exceeds ``retention.bytes``, or wholly below the log start offset (DeleteRecords).
+        Returns the number of segments deleted."""
         config = self.config
         if not config.delete_enabled:
             return 0
-        deletable = 0
+        deletable = self._breached_by_start()
         if config.retention_ms >= 0:
+            by_time = 0
             for segment in self.segments:
                 if segment.size == 0:
                     break
@@ -389,7 +433,8 @@ class PartitionLog:
                     _mtime_ms(segment)
                 if now - largest <= config.retention_ms:
                     break
-                deletable += 1
+                by_time += 1
+            deletable = max(deletable, by_time)
         if config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
             by_size = 0
@@ -399,6 +444,9 @@ class PartitionLog:
                 excess -= segment.size
                 by_size += 1
             deletable = max(deletable, by_size)
+        return self._delete_segments(deletable, "retention")
+
+    def _delete_segments(self, deletable: int, reason: str) -> int:
         if deletable == 0:
             return 0
         if deletable >= len(self.segments):
@@ -411,7 +459,7 @@ class PartitionLog:
         for segment in doomed:
             segment.delete()
             emit("log_segment_deleted", topic=self.topic, partition=self.partition,
-                 segment=segment.base_offset, size=segment.size, reason="retention")
+                 segment=segment.base_offset, size=segment.size, reason=reason)
         return len(doomed)
 
     # ------------------------------------------------------------------------------ close

@@ -1,0 +1,133 @@
+"""DeleteRecords, DescribeLogDirs and the leader-epoch / timestamp bookkeeping of stored batches,
+over real sockets against an in-process broker (``start_broker``) with the raw wire client."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from tests.kafka_wire import WireClient
+from trio_broker.protocol import records as rb
+from trio_broker.protocol.codec import request_schema
+from trio_broker.storage.log import now_ms
+
+PRODUCE, FETCH, LIST_OFFSETS, DELETE_RECORDS, DESCRIBE_LOG_DIRS = 0, 1, 2, 21, 35
+TIMEOUT = 10
+
+
+def mod(api_key: int, version: int) -> Any:
+    return sys.modules[request_schema(api_key, version).__module__]
+
+
+def produce(topic: str, partition: int, data: bytes, version: int = 9) -> Any:
+    m = mod(PRODUCE, version)
+    return m.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(m.TopicProduceData(name=topic, partition_data=(
+            m.PartitionProduceData(index=partition, records=data),)),))
+
+
+def fetch(topic: str, partition: int, offset: int, version: int = 12) -> Any:
+    m = mod(FETCH, version)
+    return m.FetchRequest(
+        max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+        topics=(m.FetchTopic(topic=topic, partitions=(m.FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20,
+            current_leader_epoch=-1, log_start_offset=-1, last_fetched_epoch=-1),)),))
+
+
+def list_offsets(topic: str, partition: int, timestamp: int, version: int = 7) -> Any:
+    m = mod(LIST_OFFSETS, version)
+    return m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
+        name=topic, partitions=(m.ListOffsetsPartition(
+            partition_index=partition, timestamp=timestamp, current_leader_epoch=-1),)),))
+
+
+def delete_records(wants: dict[tuple[str, int], int], version: int = 2) -> Any:
+    m = mod(DELETE_RECORDS, version)
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), offset in wants.items():
+        topics.setdefault(topic, []).append(
+            m.DeleteRecordsPartition(partition_index=partition, offset=offset))
+    return m.DeleteRecordsRequest(
+        timeout=datetime.timedelta(seconds=5),
+        topics=tuple(m.DeleteRecordsTopic(name=n, partitions=tuple(p)) for n, p in topics.items()))
+
+
+def batch(*values: bytes, ts: int | None = None) -> bytes:
+    stamp = now_ms() if ts is None else ts
+    return rb.build_batch([(None, v, [], stamp) for v in values])
+
+
+async def test_delete_records_over_the_wire(start_broker: Any) -> None:
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker()
+        lm = running.broker.log_manager
+        lm.create_topic("dr", 2)
+        client = await WireClient.connect(running.port)
+        for i in range(5):
+            answer = await client.request(PRODUCE, 9, produce("dr", 0, batch(b"v%d" % i)))
+            assert answer.responses[0].partition_responses[0].error_code is ErrorCode.none
+        for version in (0, 1, 2):
+            got = await client.request(DELETE_RECORDS, version, delete_records(
+                {("dr", 0): 2 + version, ("dr", 1): 1, ("nope", 0): 0}, version))
+            results = {(t.name, p.partition_index): (p.error_code, p.low_watermark)
+                       for t in got.topics for p in t.partitions}
+            assert results == {
+                ("dr", 0): (ErrorCode.none, 2 + version),
+                ("dr", 1): (ErrorCode.offset_out_of_range, -1),  # past the high watermark
+                ("nope", 0): (ErrorCode.unknown_topic_or_partition, -1)}
+        got = await client.request(FETCH, 12, fetch("dr", 0, 3))
+        part = got.responses[0].partitions[0]
+        assert (part.error_code, part.log_start_offset) == (ErrorCode.offset_out_of_range, 4)
+        got = await client.request(FETCH, 12, fetch("dr", 0, 4))
+        part = got.responses[0].partitions[0]
+        assert part.error_code is ErrorCode.none and part.log_start_offset == 4
+        got = await client.request(LIST_OFFSETS, 7, list_offsets("dr", 0, -2))
+        assert got.topics[0].partitions[0].offset == 4
+        # -1: up to the high watermark; internal topics are refused
+        got = await client.request(DELETE_RECORDS, 2, delete_records({("dr", 0): -1}))
+        assert got.topics[0].partitions[0].low_watermark == 5
+        lm.create_topic("__transaction_state", 1)
+        got = await client.request(DELETE_RECORDS, 2,
+                                   delete_records({("__transaction_state", 0): 0}))
+        assert got.topics[0].partitions[0].error_code is ErrorCode.invalid_topic_exception
+        await client.aclose()
+
+
+async def test_describe_log_dirs(start_broker: Any) -> None:
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker()
+        lm = running.broker.log_manager
+        lm.create_topic("a", 2)
+        lm.create_topic("b", 1)
+        data = batch(b"x" * 100)
+        client = await WireClient.connect(running.port)
+        await client.request(PRODUCE, 9, produce("a", 1, data))
+        await client.request(PRODUCE, 9, produce("a", 1, data))
+        for version in (1, 2, 3, 4):
+            m = mod(DESCRIBE_LOG_DIRS, version)
+            got = await client.request(DESCRIBE_LOG_DIRS, version,
+                                       m.DescribeLogDirsRequest(topics=None))
+            assert len(got.results) == 1
+            result = got.results[0]
+            assert result.error_code is ErrorCode.none
+            assert result.log_dir == str(running.data_dir.resolve())
+            sizes = {(t.name, p.partition_index): (p.partition_size, p.offset_lag)
+                     for t in result.topics for p in t.partitions}
+            assert sizes[("a", 1)] == (2 * len(data), 0)
+            assert sizes[("a", 0)] == sizes[("b", 0)] == (0, 0)
+            if version >= 4:
+                assert result.total_bytes > 0 and 0 <= result.usable_bytes <= result.total_bytes
+            # only the requested partitions that exist
+            got = await client.request(DESCRIBE_LOG_DIRS, version, m.DescribeLogDirsRequest(
+                topics=(m.DescribableLogDirTopic(topic="a", partitions=(1, 7)),
+                        m.DescribableLogDirTopic(topic="zz", partitions=(0,)))))
+            assert [(t.name, [p.partition_index for p in t.partitions])
+                    for t in got.results[0].topics] == [("a", [1])]
+        await client.aclose()
