@@ -131,3 +131,32 @@ async def test_describe_log_dirs(start_broker: Any) -> None:
             assert [(t.name, [p.partition_index for p in t.partitions])
                     for t in got.results[0].topics] == [("a", [1])]
         await client.aclose()
+
+
+async def test_list_offsets_by_timestamp_when_the_client_left_max_timestamp_unset(
+        start_broker: Any) -> None:
+    """sarama 1.22 / kafka-go: the header's max timestamp is -1; the broker derives it."""
+    import struct
+
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker()
+        running.broker.log_manager.create_topic("go", 1)
+        client = await WireClient.connect(running.port)
+        base = 1_600_000_000_000
+        for n in range(3):
+            data = bytearray(rb.build_batch([(None, b"%d" % n, [], base + 10 * n + d)
+                                             for d in (0, 1)]))
+            struct.pack_into(">q", data, rb.MAX_TIMESTAMP_OFFSET, -1)
+            struct.pack_into(">I", data, rb.CRC_OFFSET, rb.compute_crc(data))
+            got = await client.request(PRODUCE, 9, produce("go", 0, bytes(data)))
+            assert got.responses[0].partition_responses[0].error_code is ErrorCode.none
+        for timestamp, expected in ((base, (0, base)), (base + 11, (3, base + 11)),
+                                    (base + 15, (4, base + 20)), (base + 22, (-1, -1))):
+            got = await client.request(LIST_OFFSETS, 7, list_offsets("go", 0, timestamp))
+            part = got.topics[0].partitions[0]
+            assert (part.offset, part.timestamp) == expected, timestamp
+        got = await client.request(FETCH, 12, fetch("go", 0, 0))
+        records = got.responses[0].partitions[0].records
+        assert [rb.validate_batch(records[p:p + s]).max_timestamp
+                for p, s in rb.iter_batches(records)] == [base + 1, base + 11, base + 21]
+        await client.aclose()

@@ -436,3 +436,53 @@ async def test_retention_keeps_working_after_delete_records(tmp_path: Path) -> N
     lm = reopen(lm)
     assert lm.list_offset("r", 0, -2) == (10, -1)
     lm.close()
+
+
+def with_header_max_timestamp(data: bytes, max_timestamp: int, *, gzip: bool = False) -> bytes:
+    """A client's batch whose header max timestamp is ``max_timestamp`` whatever its records say
+    (sarama 1.22 leaves it unset), optionally gzip-compressed; CRC valid."""
+    import struct
+    import zlib
+
+    out = bytearray(data[:rb.HEADER_SIZE])
+    body = data[rb.HEADER_SIZE:]
+    if gzip:
+        packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        body = packer.compress(body) + packer.flush()
+        struct.pack_into(">h", out, rb.ATTRIBUTES_OFFSET, rb.COMPRESSION_GZIP)
+    out += body
+    struct.pack_into(">i", out, 8, len(out) - rb.LOG_OVERHEAD)
+    struct.pack_into(">q", out, rb.MAX_TIMESTAMP_OFFSET, max_timestamp)
+    struct.pack_into(">I", out, rb.CRC_OFFSET, rb.compute_crc(out))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+async def test_max_timestamp_is_derived_from_the_records(tmp_path: Path, gzip: bool) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="0")
+    lm.create_topic("ts", 1)
+    base = 1_700_000_000_000
+    for n, (claimed, stamps) in enumerate([(-1, (0, 5, 3)), (base, (10, 20)),
+                                           (base + 999_999, (30, 31))]):
+        records = [(None, b"%d" % n, [], base + s) for s in stamps]
+        sent = with_header_max_timestamp(rb.build_batch(records), claimed, gzip=gzip)
+        await lm.append("ts", 0, sent)
+    data = lm.read("ts", 0, 0, 1 << 20).records
+    headers = [rb.validate_batch(data[p:p + s]) for p, s in rb.iter_batches(data)]  # CRCs ok
+    assert [h.max_timestamp for h in headers] == [base + 5, base + 20, base + 31]
+    # by timestamp: the first record at or after it, through the time index
+    assert lm.list_offset("ts", 0, base + 4) == (1, base + 5)
+    assert lm.list_offset("ts", 0, base + 6) == (3, base + 10)
+    assert lm.list_offset("ts", 0, base + 21) == (5, base + 30)
+    assert lm.list_offset("ts", 0, base + 32) == (-1, -1)
+    assert lm.list_offset("ts", 0, -3) == (6, base + 31)
+    # the rewritten headers are what recovery and the indexes see after a crash too
+    lm = reopen(lm, after_crash=True)
+    assert lm.list_offset("ts", 0, base + 4) == (1, base + 5)
+    assert lm.list_offset("ts", 0, -3) == (6, base + 31)
+    # a record running past its batch is CORRUPT_MESSAGE
+    bad = bytearray(rb.build_batch([(None, b"x", [], base)]))
+    bad[rb.HEADER_SIZE] = 0x7E  # record length 63: past the end
+    with pytest.raises(se.CorruptMessage):
+        await lm.append("ts", 0, with_header_max_timestamp(bytes(bad), base))
+    lm.close()

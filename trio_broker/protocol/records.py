@@ -262,6 +262,78 @@ def assign_offset(batch: bytearray, position: int, base_offset: int,
         _U32.pack_into(batch, position + CRC_OFFSET, crc)
 
 
+def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
+                          header: BatchHeader) -> int | None:
+    """The largest record timestamp of the batch at ``position`` (Kafka's LogValidator derives
+    it from the records rather than trusting the header), or None when the records are
+    compressed with a codec decoded nowhere here (snappy, lz4, zstd).
+
+    Only each record's length and timestamp delta are read (varints); the rest is skipped.
+    """
+    if header.compression == COMPRESSION_NONE:
+        data: bytes | bytearray | memoryview = batch
+        at = position + HEADER_SIZE
+        end = position + header.size
+    elif header.compression == COMPRESSION_GZIP:
+        data = _records_payload(memoryview(batch)[position:position + header.size], header)
+        at, end = 0, len(data)
+    else:
+        return None
+    largest = -(2**63)
+    for _ in range(header.record_count):
+        # record length then (after the attributes byte) timestamp delta, zigzag varints;
+        # one- and two-byte varints (records under 8 KiB, deltas under 8 s) skip the loop
+        if at >= end:
+            raise RecordBatchError("corrupt_message", "record runs past the batch")
+        byte = data[at]
+        if byte < 0x80:
+            at += 1
+            length = (byte >> 1) ^ -(byte & 1)
+        elif at + 1 < end and data[at + 1] < 0x80:
+            raw = (byte & 0x7F) | (data[at + 1] << 7)
+            at += 2
+            length = (raw >> 1) ^ -(raw & 1)
+        else:
+            length, at = _read_varint_at(data, at, end)
+        after = at + length
+        if length <= 1 or after > end:
+            raise RecordBatchError("corrupt_message", "record runs past the batch")
+        byte = data[at + 1]
+        if byte < 0x80:
+            delta = (byte >> 1) ^ -(byte & 1)
+        elif at + 2 < after and data[at + 2] < 0x80:
+            raw = (byte & 0x7F) | (data[at + 2] << 7)
+            delta = (raw >> 1) ^ -(raw & 1)
+        else:
+            delta, _ = _read_varint_at(data, at + 1, after)
+        if delta > largest:
+            largest = delta
+        at = after
+    return header.base_timestamp + largest
+
+
+def _read_varint_at(data: bytes | bytearray | memoryview, at: int, end: int) -> tuple[int, int]:
+    raw = shift = 0
+    while True:
+        if at >= end or shift > 63:
+            raise RecordBatchError("corrupt_message", "bad varint in record")
+        byte = data[at]
+        at += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), at
+        shift += 7
+
+
+def set_max_timestamp(batch: bytearray, position: int, max_timestamp: int) -> None:
+    """Rewrite the max timestamp of the batch at ``position`` and recompute its CRC."""
+    _I64.pack_into(batch, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    (_, length) = _OFFSET_AND_LENGTH.unpack_from(batch, position)
+    end = position + length + LOG_OVERHEAD
+    crc = crc32c.crc32c(memoryview(batch)[position + ATTRIBUTES_OFFSET:end])
+    _U32.pack_into(batch, position + CRC_OFFSET, crc)
+
+
 # ------------------------------------------------------------------ record encoding (cold path)
 def _zigzag(value: int) -> int:
     return (value << 1) ^ (value >> 63)

@@ -21,6 +21,7 @@ from ..observability.log import emit
 from ..protocol import records as rb
 from .errors import (
     BATCH_ERRORS,
+    CorruptMessage,
     InvalidRecord,
     KafkaStorageError,
     OffsetOutOfRange,
@@ -203,9 +204,9 @@ class PartitionLog:
         messages = 0
         for position, header in batches:
             rb.assign_offset(data, position, next_offset, stamp)
-            header = attrs.evolve(
-                header, base_offset=next_offset,
-                max_timestamp=stamp if stamp is not None else header.max_timestamp)
+            max_timestamp = stamp if stamp is not None else self._derived_max_timestamp(
+                data, position, header)
+            header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp)
             assigned.append((position, header))
             next_offset = header.next_offset
             messages += header.record_count
@@ -222,6 +223,21 @@ class PartitionLog:
         self._wake()
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
+
+    @staticmethod
+    def _derived_max_timestamp(data: bytearray, position: int, header: rb.BatchHeader) -> int:
+        """Kafka's LogValidator: the batch's max timestamp is the largest record timestamp,
+        whatever the client wrote in the header (sarama and kafka-go may leave it unset); a
+        wrong one is rewritten in place (CRC included) so the time index and readers agree."""
+        try:
+            derived = rb.records_max_timestamp(data, position, header)
+        except rb.RecordBatchError as exc:
+            raise CorruptMessage(exc.message) from None
+        if derived is None:  # a codec not decoded here: the header is all there is
+            return header.max_timestamp
+        if derived != header.max_timestamp:
+            rb.set_max_timestamp(data, position, derived)
+        return derived
 
     def _fail_append(self, segment: Segment, size_before: int, exc: OSError) -> None:
         try:
