@@ -126,6 +126,10 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
             name = getattr(item, "name", None)
             topic_id = getattr(item, "topic_id", None)
             if topic_id is not None and topic_id != _ZERO_UUID:
+                if name == "":
+                    # Kafka treats an empty name as absent: the Java client's
+                    # describeTopics(TopicCollection.ofTopicIds(...)) sends id + "".
+                    name = None
                 # Kafka refuses ids before v12 (and with a name too): INVALID_REQUEST there;
                 # per topic here, so the rest of the request is still answered.
                 if version < 12 or name is not None:
