@@ -160,3 +160,38 @@ async def test_list_offsets_by_timestamp_when_the_client_left_max_timestamp_unse
         assert [rb.validate_batch(records[p:p + s]).max_timestamp
                 for p, s in rb.iter_batches(records)] == [base + 1, base + 11, base + 21]
         await client.aclose()
+
+
+async def test_batches_carry_the_leader_epoch_metadata_reports(start_broker: Any) -> None:
+    """Kafka stamps the partition leader epoch into each batch on append; clients commit it
+    and validate positions with it, so it must match Metadata, ListOffsets and
+    OffsetForLeaderEpoch."""
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker()
+        running.broker.log_manager.create_topic("ep", 1)
+        client = await WireClient.connect(running.port)
+        sent = rb.build_batch([(None, b"a", [], now_ms())], partition_leader_epoch=-1)
+        await client.request(PRODUCE, 9, produce("ep", 0, sent))
+        await client.request(PRODUCE, 9, produce("ep", 0, rb.build_batch(
+            [(None, b"b", [], now_ms())], partition_leader_epoch=17)))
+        m = mod(3, 12)
+        got = await client.request(3, 12, m.MetadataRequest(
+            topics=(m.MetadataRequestTopic(name="ep", topic_id=None),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        epoch = got.topics[0].partitions[0].leader_epoch
+        assert epoch == 0
+        got = await client.request(FETCH, 12, fetch("ep", 0, 0))
+        records = got.responses[0].partitions[0].records
+        headers = [rb.validate_batch(records[p:p + s]) for p, s in rb.iter_batches(records)]
+        assert [h.partition_leader_epoch for h in headers] == [epoch, epoch]
+        for timestamp in (-2, -1, 0):
+            got = await client.request(LIST_OFFSETS, 7, list_offsets("ep", 0, timestamp))
+            assert got.topics[0].partitions[0].leader_epoch == epoch
+        m = mod(23, 4)
+        got = await client.request(23, 4, m.OffsetForLeaderEpochRequest(
+            replica_id=-1, topics=(m.OffsetForLeaderTopic(topic="ep", partitions=(
+                m.OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch,
+                                           leader_epoch=epoch),)),)))
+        part = got.topics[0].partitions[0]
+        assert (part.error_code, part.leader_epoch, part.end_offset) == (ErrorCode.none, epoch, 2)
+        await client.aclose()

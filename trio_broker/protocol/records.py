@@ -37,6 +37,7 @@ LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 MAGIC = 2
 
+PARTITION_LEADER_EPOCH_OFFSET = 12
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
@@ -63,6 +64,7 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 
 class RecordBatchError(Exception):
@@ -244,14 +246,17 @@ def split_batches(data: bytes | bytearray | memoryview, *, max_size: int | None 
 
 
 def assign_offset(batch: bytearray, position: int, base_offset: int,
-                  log_append_time: int | None = None) -> None:
-    """Rewrite, in place, the base offset of the batch at ``position``.
+                  log_append_time: int | None = None, leader_epoch: int | None = None) -> None:
+    """Rewrite, in place, the base offset of the batch at ``position`` (and, given
+    ``leader_epoch``, its partition leader epoch, as Kafka's LogValidator stamps it).
 
     With ``log_append_time`` (epoch milliseconds) the max timestamp and the timestamp-type bit
-    are set too, and the CRC (which covers them) is recomputed; the base offset lies outside
-    the CRC, so a CreateTime batch needs no new CRC.
+    are set too, and the CRC (which covers them) is recomputed; the base offset and the leader
+    epoch lie outside the CRC, so a CreateTime batch needs no new CRC.
     """
     _I64.pack_into(batch, position, base_offset)
+    if leader_epoch is not None:
+        _I32.pack_into(batch, position + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
     if log_append_time is not None:
         (attributes,) = _I16.unpack_from(batch, position + ATTRIBUTES_OFFSET)
         _I16.pack_into(batch, position + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)

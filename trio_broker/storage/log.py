@@ -32,6 +32,10 @@ from .producer_state import ProducerStateManager
 from .segment import Segment
 from .topic_config import LogConfig
 
+#: The one leader epoch of every partition: this node has led it since offset 0. Metadata,
+#: ListOffsets, OffsetForLeaderEpoch report it, and every appended batch carries it.
+LEADER_EPOCH = 0
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -203,10 +207,11 @@ class PartitionLog:
         assigned: list[tuple[int, rb.BatchHeader]] = []
         messages = 0
         for position, header in batches:
-            rb.assign_offset(data, position, next_offset, stamp)
+            rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
             max_timestamp = stamp if stamp is not None else self._derived_max_timestamp(
                 data, position, header)
-            header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp)
+            header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp,
+                                  partition_leader_epoch=LEADER_EPOCH)
             assigned.append((position, header))
             next_offset = header.next_offset
             messages += header.record_count
