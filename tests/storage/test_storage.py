@@ -486,3 +486,28 @@ async def test_max_timestamp_is_derived_from_the_records(tmp_path: Path, gzip: b
     with pytest.raises(se.CorruptMessage):
         await lm.append("ts", 0, with_header_max_timestamp(bytes(bad), base))
     lm.close()
+
+
+async def test_no_index_rebuilt_warning_for_partitions_created_since_a_clean_start(
+        tmp_path: Path, log_events: Any) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("before", 1)
+    lm = reopen(lm)  # a clean restart: the previous run's flag says "clean"
+    lm.create_topic("after", 2)
+    lm.create_partitions("before", 3)
+    for topic, partitions in (("after", 2), ("before", 3)):
+        for partition in range(partitions):
+            await lm.append(topic, partition, batch([b"x"]))
+            assert values_of(lm.read(topic, partition, 0, 1000).records) == [(0, b"x")]
+    lm = reopen(lm)
+    for topic, partitions in (("after", 2), ("before", 3)):
+        for partition in range(partitions):
+            assert values_of(lm.read(topic, partition, 0, 1000).records) == [(0, b"x")]
+    # and after a crash, partitions created by the recovering run are new, not suspect
+    lm = reopen(lm, after_crash=True)
+    lm.create_topic("post-crash", 1)
+    await lm.append("post-crash", 0, batch([b"y"]))
+    lm = reopen(lm)
+    assert log_events.events("log_index_rebuilt") == []
+    assert log_events.events("log_tail_truncated") == []
+    lm.close()

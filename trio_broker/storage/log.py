@@ -110,7 +110,12 @@ class PartitionLog:
                 self.directory, base, index_max_bytes=self.config.segment_index_bytes,
                 index_interval_bytes=self.config.index_interval_bytes, created_ms=created))
         if not self.segments:
+            # A new log: nothing on disk to trust or recover (and its index files were just
+            # created, so checking them would report a false "rebuilt").
             self._add_segment(self._new_segment(0))
+            self.log_start_offset = self.recovery_point = self.log_end_offset
+            self._load_producer_state()
+            return
         # Without a recorded recovery point, a crash means every segment is suspect.
         point = recovery_point if recovery_point is not None and recovery_point >= 0 else 0
         for index, segment in enumerate(self.segments):

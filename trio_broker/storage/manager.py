@@ -156,7 +156,9 @@ class LogManager:
                   log_start_offset: int | None = None) -> PartitionLog:
         log = PartitionLog(topic, partition, self.data_dir / f"{topic}-{partition}",
                            self._log_configs[topic])
-        log.open(clean=self.clean_shutdown, recovery_point=recovery_point,
+        # Logs created by this run (new topics and partitions) have no previous run to recover
+        # from: the clean-shutdown flag read at start-up is not theirs.
+        log.open(clean=self.clean_shutdown or self._opened, recovery_point=recovery_point,
                  log_start_offset=log_start_offset)
         self._logs[(topic, partition)] = log
         return log
