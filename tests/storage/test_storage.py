@@ -104,6 +104,17 @@ async def test_validation_errors(tmp_path: Path) -> None:
         await lm.append("t", 0, batch([b"x" * 300]))
     with pytest.raises(se.InvalidRecord):
         await lm.append("t", 0, batch([b"x"], attributes=rb.CONTROL_BIT))
+    # Kafka's size checks: a batch over max.message.bytes (topic) / message.max.bytes (broker
+    # default) is MESSAGE_TOO_LARGE; an append over segment.bytes is RECORD_LIST_TOO_LARGE
+    lm.create_topic("small-segments", 1, {"segment.bytes": "150"})
+    with pytest.raises(se.RecordListTooLarge):
+        await lm.append("small-segments", 0, batch([b"x" * 100]))
+    await lm.append("small-segments", 0, batch([b"x" * 50]))
+    other = make(tmp_path / "other", message_max_bytes="100")
+    other.create_topic("broker-default", 1)
+    with pytest.raises(se.MessageTooLarge):
+        await other.append("broker-default", 0, batch([b"x" * 100]))
+    other.close()
     assert lm.get_partition("t", 0).log_end_offset == 0  # type: ignore[union-attr]
     lm.close()
 

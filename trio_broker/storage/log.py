@@ -26,6 +26,7 @@ from .errors import (
     KafkaStorageError,
     OffsetOutOfRange,
     PolicyViolation,
+    RecordListTooLarge,
     StorageError,
 )
 from .producer_state import ProducerStateManager
@@ -192,6 +193,12 @@ class PartitionLog:
                                        from_client=from_client)
         except rb.RecordBatchError as exc:
             raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
+        if len(records) > self.config.segment_bytes:
+            # UnifiedLog.append: an append must fit in one segment.
+            raise RecordListTooLarge(
+                f"Message batch size is {len(records)} bytes in append to partition "
+                f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
+                f"size of {self.config.segment_bytes}.")
         state = self.producer_state
         if producer_check:
             # Kafka answers a retried batch with the offsets it got the first time.
