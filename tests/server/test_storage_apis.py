@@ -195,3 +195,69 @@ async def test_batches_carry_the_leader_epoch_metadata_reports(start_broker: Any
         part = got.topics[0].partitions[0]
         assert (part.error_code, part.leader_epoch, part.end_offset) == (ErrorCode.none, epoch, 2)
         await client.aclose()
+
+
+async def test_probe_apis_answer_as_a_one_node_kafka(start_broker: Any) -> None:
+    """ElectLeaders, List/AlterPartitionReassignments and DescribeProducers, as tools probe them."""
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker()
+        node = running.broker.node_id
+        running.broker.log_manager.create_topic("p", 2)
+        client = await WireClient.connect(running.port)
+        for version in (0, 1, 2):
+            m = mod(43, version)
+            fields: dict[str, Any] = {"election_type": 0} if version >= 1 else {}
+            got = await client.request(43, version, m.ElectLeadersRequest(
+                topic_partitions=(m.TopicPartitions(topic="p", partitions=(0, 1, 1, 9)),
+                                  m.TopicPartitions(topic="nope", partitions=(0,))),
+                timeout=datetime.timedelta(seconds=5), **fields))
+            assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+                    for r in got.replica_election_results] == [
+                ("p", [(0, ErrorCode.election_not_needed), (1, ErrorCode.election_not_needed),
+                       (9, ErrorCode.unknown_topic_or_partition)]),
+                ("nope", [(0, ErrorCode.unknown_topic_or_partition)])]
+            got = await client.request(43, version, m.ElectLeadersRequest(
+                topic_partitions=None, timeout=datetime.timedelta(seconds=5), **fields))
+            assert got.replica_election_results == ()
+
+        m = mod(46, 0)
+        for topics in (None, (m.ListPartitionReassignmentsTopics(name="p",
+                                                                 partition_indexes=(0, 1)),)):
+            got = await client.request(46, 0, m.ListPartitionReassignmentsRequest(
+                timeout=datetime.timedelta(seconds=5), topics=topics))
+            assert (got.error_code, got.topics) == (ErrorCode.none, ())
+
+        for version in (0, 1):
+            m = mod(45, version)
+            fields = {"allow_replication_factor_change": True} if version >= 1 else {}
+            got = await client.request(45, version, m.AlterPartitionReassignmentsRequest(
+                timeout=datetime.timedelta(seconds=5), **fields, topics=(
+                    m.ReassignableTopic(name="p", partitions=(
+                        m.ReassignablePartition(partition_index=0, replicas=(node,)),
+                        m.ReassignablePartition(partition_index=1, replicas=(node, node + 1)),
+                        m.ReassignablePartition(partition_index=1, replicas=None),
+                        m.ReassignablePartition(partition_index=1, replicas=()),
+                        m.ReassignablePartition(partition_index=1, replicas=(node, node)),
+                        m.ReassignablePartition(partition_index=5, replicas=(node,)))),)))
+            assert got.error_code is ErrorCode.none
+            assert [p.error_code for p in got.responses[0].partitions] == [
+                ErrorCode.none, ErrorCode.invalid_replica_assignment,
+                ErrorCode.no_reassignment_in_progress, ErrorCode.invalid_replica_assignment,
+                ErrorCode.invalid_replica_assignment, ErrorCode.unknown_topic_or_partition]
+
+        pid = running.broker.log_manager.allocate_producer_id()
+        data = rb.build_batch([(None, b"x", [], now_ms()), (None, b"y", [], now_ms())],
+                              producer_id=pid, producer_epoch=3, base_sequence=0)
+        await client.request(PRODUCE, 9, produce("p", 1, data))
+        m = mod(61, 0)
+        got = await client.request(61, 0, m.DescribeProducersRequest(topics=(
+            m.TopicRequest(name="p", partition_indexes=(0, 1, 4)),)))
+        parts = got.topics[0].partitions
+        assert [(p.partition_index, p.error_code) for p in parts] == [
+            (0, ErrorCode.none), (1, ErrorCode.none), (4, ErrorCode.unknown_topic_or_partition)]
+        assert parts[0].active_producers == ()
+        (state,) = parts[1].active_producers
+        assert (state.producer_id, state.producer_epoch, state.last_sequence,
+                state.coordinator_epoch, state.current_txn_start_offset) == (pid, 3, 1, -1, -1)
+        assert state.last_timestamp > 0
+        await client.aclose()
