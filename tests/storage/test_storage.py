@@ -522,3 +522,29 @@ async def test_no_index_rebuilt_warning_for_partitions_created_since_a_clean_sta
     assert log_events.events("log_index_rebuilt") == []
     assert log_events.events("log_tail_truncated") == []
     lm.close()
+
+
+async def test_record_timestamps_are_checked_against_the_topic_bounds(tmp_path: Path) -> None:
+    """KIP-937: message.timestamp.before/after.max.ms (or the deprecated difference.max.ms)
+    bound every CreateTime record's timestamp, not only the batch's."""
+    lm = make(tmp_path)
+    lm.create_topic("bounded", 1, {"message.timestamp.before.max.ms": "60000",
+                                   "message.timestamp.after.max.ms": "1000"})
+    lm.create_topic("legacy", 1, {"message.timestamp.difference.max.ms": "60000"})
+    lm.create_topic("free", 1)
+    now = now_ms()
+    ok = rb.build_batch([(None, b"a", [], now - 30_000), (None, b"b", [], now)])
+    old_inside = rb.build_batch([(None, b"a", [], now), (None, b"b", [], now - 3_600_000)])
+    future = rb.build_batch([(None, b"a", [], now), (None, b"b", [], now + 600_000)])
+    assert (await lm.append("bounded", 0, ok)).base_offset == 0
+    for topic in ("bounded", "legacy"):  # the difference bounds both sides
+        for bad in (old_inside, future):  # the out-of-range record is not the batch's max
+            with pytest.raises(se.InvalidTimestamp):
+                await lm.append(topic, 0, bad)
+    for batch_ in (ok, old_inside, future):  # unbounded by default
+        await lm.append("free", 0, batch_)
+    lm.alter_topic_config("bounded", {"message.timestamp.type": "LogAppendTime"},
+                          incremental=True)
+    await lm.append("bounded", 0, future)  # LogAppendTime: the broker stamps, nothing checked
+    assert lm.get_partition("bounded", 0).log_end_offset == 4  # type: ignore[union-attr]
+    lm.close()

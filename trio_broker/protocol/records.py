@@ -271,7 +271,15 @@ def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
                           header: BatchHeader) -> int | None:
     """The largest record timestamp of the batch at ``position`` (Kafka's LogValidator derives
     it from the records rather than trusting the header), or None when the records are
-    compressed with a codec decoded nowhere here (snappy, lz4, zstd).
+    compressed with a codec decoded nowhere here (snappy, lz4, zstd)."""
+    bounds = records_timestamp_bounds(batch, position, header)
+    return None if bounds is None else bounds[1]
+
+
+def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: int,
+                             header: BatchHeader) -> tuple[int, int] | None:
+    """``(smallest, largest)`` record timestamp of the batch at ``position``, or None when the
+    records are compressed with a codec decoded nowhere here (snappy, lz4, zstd).
 
     Only each record's length and timestamp delta are read (varints); the rest is skipped.
     """
@@ -285,6 +293,7 @@ def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
     else:
         return None
     largest = -(2**63)
+    smallest = 2**63
     for _ in range(header.record_count):
         # record length then (after the attributes byte) timestamp delta, zigzag varints;
         # one- and two-byte varints (records under 8 KiB, deltas under 8 s) skip the loop
@@ -313,8 +322,10 @@ def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
             delta, _ = _read_varint_at(data, at + 1, after)
         if delta > largest:
             largest = delta
+        if delta < smallest:
+            smallest = delta
         at = after
-    return header.base_timestamp + largest
+    return header.base_timestamp + smallest, header.base_timestamp + largest
 
 
 def _read_varint_at(data: bytes | bytearray | memoryview, at: int, end: int) -> tuple[int, int]:

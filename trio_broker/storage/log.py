@@ -17,12 +17,14 @@ from pathlib import Path
 import attrs
 import trio
 
+from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
 from .errors import (
     BATCH_ERRORS,
     CorruptMessage,
     InvalidRecord,
+    InvalidTimestamp,
     KafkaStorageError,
     OffsetOutOfRange,
     PolicyViolation,
@@ -241,17 +243,32 @@ class PartitionLog:
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
 
-    @staticmethod
-    def _derived_max_timestamp(data: bytearray, position: int, header: rb.BatchHeader) -> int:
+    def _derived_max_timestamp(self, data: bytearray, position: int,
+                               header: rb.BatchHeader) -> int:
         """Kafka's LogValidator: the batch's max timestamp is the largest record timestamp,
         whatever the client wrote in the header (sarama and kafka-go may leave it unset); a
-        wrong one is rewritten in place (CRC included) so the time index and readers agree."""
+        wrong one is rewritten in place (CRC included) so the time index and readers agree.
+        Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
+        INVALID_TIMESTAMP (KIP-937)."""
         try:
-            derived = rb.records_max_timestamp(data, position, header)
+            bounds = rb.records_timestamp_bounds(data, position, header)
         except rb.RecordBatchError as exc:
             raise CorruptMessage(exc.message) from None
-        if derived is None:  # a codec not decoded here: the header is all there is
-            return header.max_timestamp
+        if bounds is None:  # a codec not decoded here: the header is all there is
+            bounds = (header.base_timestamp, header.max_timestamp)
+        smallest, derived = bounds
+        config = self.config
+        if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
+            now = now_ms()
+            low = now - config.timestamp_before_max_ms
+            high = now + config.timestamp_after_max_ms
+            # Records without a timestamp (-1) are not checked, as in Kafka.
+            for timestamp in (smallest, derived):
+                if timestamp != rb.NO_TIMESTAMP and not low <= timestamp <= high:
+                    raise InvalidTimestamp(
+                        f"Timestamp {timestamp} of message in partition {self.topic}-"
+                        f"{self.partition} is out of range. The timestamp should be within "
+                        f"[{low}, {high}]")
         if derived != header.max_timestamp:
             rb.set_max_timestamp(data, position, derived)
         return derived
