@@ -548,3 +548,18 @@ async def test_record_timestamps_are_checked_against_the_topic_bounds(tmp_path: 
     await lm.append("bounded", 0, future)  # LogAppendTime: the broker stamps, nothing checked
     assert lm.get_partition("bounded", 0).log_end_offset == 4  # type: ignore[union-attr]
     lm.close()
+
+
+async def test_a_recreated_topic_does_not_inherit_a_deleted_log_start_offset(
+        tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("again", 1)
+    await lm.append("again", 0, batch([b"a", b"b", b"c"]))
+    assert await lm.delete_records("again", 0, 2) == 2
+    lm.delete_topic("again")
+    lm.create_topic("again", 1)
+    await lm.append("again", 0, batch([b"new"]))
+    await lm.flush("again", 0)
+    lm = reopen(lm, after_crash=True)  # no periodic checkpoint ran in between
+    assert read_all(lm, "again") == [(0, b"new")]
+    lm.close()

@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -105,8 +106,9 @@ class LogManager:
         self.clean_shutdown = False
         self._opened = False
         self._lock_fd: int | None = None
-        #: One writer of the log-start checkpoint at a time (they share its ``.tmp`` file).
-        self._checkpoint_lock = trio.Lock()
+        #: One writer of the log-start checkpoint at a time (they share its ``.tmp`` file);
+        #: a thread lock, since worker threads and the event loop (topic deletion) both write.
+        self._log_starts_lock = threading.Lock()
 
     # ------------------------------------------------------------------------- life cycle
     def open(self) -> None:
@@ -223,8 +225,9 @@ class LogManager:
         self._write_log_starts()
 
     def _write_log_starts(self, text: str | None = None) -> None:
-        _write_atomic(self.data_dir / LOG_START_CHECKPOINT_FILE,
-                      self._log_starts_text() if text is None else text)
+        with self._log_starts_lock:
+            _write_atomic(self.data_dir / LOG_START_CHECKPOINT_FILE,
+                          self._log_starts_text() if text is None else text)
 
     def _log_starts_text(self) -> str:
         """Kafka's log-start-offset checkpoint: only starts inside the first segment (the
@@ -261,8 +264,7 @@ class LogManager:
             await trio.lowlevel.checkpoint()
 
     async def _checkpoint_pass(self) -> None:
-        async with self._checkpoint_lock:
-            await trio.to_thread.run_sync(self._write_recovery_points)
+        await trio.to_thread.run_sync(self._write_recovery_points)
 
     async def _expire_pass(self) -> None:
         now = now_ms()
@@ -339,12 +341,17 @@ class LogManager:
         info = self._require(name)
         del self._topics[name]
         self._save_topics()
+        moved_start = False
         for partition in range(info.num_partitions):
             log = self._logs.pop((name, partition), None)
             if log is not None:
+                moved_start |= log.log_start_offset > log.segments[0].base_offset
                 log._wake()
                 log.delete_files()
         self._log_configs.pop(name, None)
+        if moved_start:
+            # A topic re-created under this name must not inherit the old start offsets.
+            self._write_log_starts()
         emit("topic_deleted", topic=name)
 
     def create_partitions(self, name: str, new_total: int, *,
@@ -467,8 +474,7 @@ class LogManager:
         start = log.delete_records_before(offset)
         if start != before:
             text = self._log_starts_text()  # built here: the loop owns the logs
-            async with self._checkpoint_lock:
-                await trio.to_thread.run_sync(self._write_log_starts, text)
+            await trio.to_thread.run_sync(self._write_log_starts, text)
         return start
 
     async def flush(self, topic: str, partition: int) -> None:
