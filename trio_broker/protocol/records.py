@@ -292,39 +292,40 @@ def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: in
         at, end = 0, len(data)
     else:
         return None
-    largest = -(2**63)
-    smallest = 2**63
-    for _ in range(header.record_count):
-        # record length then (after the attributes byte) timestamp delta, zigzag varints;
-        # one- and two-byte varints (records under 8 KiB, deltas under 8 s) skip the loop
-        if at >= end:
-            raise RecordBatchError("corrupt_message", "record runs past the batch")
-        byte = data[at]
-        if byte < 0x80:
-            at += 1
-            length = (byte >> 1) ^ -(byte & 1)
-        elif at + 1 < end and data[at + 1] < 0x80:
-            raw = (byte & 0x7F) | (data[at + 1] << 7)
-            at += 2
-            length = (raw >> 1) ^ -(raw & 1)
-        else:
-            length, at = _read_varint_at(data, at, end)
-        after = at + length
-        if length <= 1 or after > end:
-            raise RecordBatchError("corrupt_message", "record runs past the batch")
-        byte = data[at + 1]
-        if byte < 0x80:
-            delta = (byte >> 1) ^ -(byte & 1)
-        elif at + 2 < after and data[at + 2] < 0x80:
-            raw = (byte & 0x7F) | (data[at + 2] << 7)
-            delta = (raw >> 1) ^ -(raw & 1)
-        else:
-            delta, _ = _read_varint_at(data, at + 1, after)
-        if delta > largest:
-            largest = delta
-        if delta < smallest:
-            smallest = delta
-        at = after
+    largest = -(1 << 63)
+    smallest = 1 << 63
+    try:
+        for _ in range(header.record_count):
+            # record length, then (after the attributes byte) the timestamp delta: zigzag
+            # varints, one- and two-byte ones (records under 8 KiB, deltas under 8 s) inline
+            byte = data[at]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                at += 1
+            elif data[at + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[at + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                at += 2
+            else:
+                length, at = _read_varint_at(data, at, end)
+            after = at + length
+            if length < 2 or after > end:
+                raise RecordBatchError("corrupt_message", "record runs past the batch")
+            byte = data[at + 1]
+            if byte < 0x80:
+                delta = (byte >> 1) ^ -(byte & 1)
+            elif at + 2 < after and data[at + 2] < 0x80:
+                raw = (byte & 0x7F) | (data[at + 2] << 7)
+                delta = (raw >> 1) ^ -(raw & 1)
+            else:
+                delta, _ = _read_varint_at(data, at + 1, after)
+            if delta > largest:
+                largest = delta
+            if delta < smallest:
+                smallest = delta
+            at = after
+    except IndexError:
+        raise RecordBatchError("corrupt_message", "record runs past the batch") from None
     return header.base_timestamp + smallest, header.base_timestamp + largest
 
 
