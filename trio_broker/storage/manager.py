@@ -224,10 +224,11 @@ class LogManager:
         _write_atomic(self.data_dir / RECOVERY_CHECKPOINT_FILE, "\n".join(lines) + "\n")
         self._write_log_starts()
 
-    def _write_log_starts(self, text: str | None = None) -> None:
+    def _write_log_starts(self) -> None:
+        # The text is built under the lock, so of concurrent writers the last one to write
+        # always writes the newest starts (an older snapshot never overwrites a newer one).
         with self._log_starts_lock:
-            _write_atomic(self.data_dir / LOG_START_CHECKPOINT_FILE,
-                          self._log_starts_text() if text is None else text)
+            _write_atomic(self.data_dir / LOG_START_CHECKPOINT_FILE, self._log_starts_text())
 
     def _log_starts_text(self) -> str:
         """Kafka's log-start-offset checkpoint: only starts inside the first segment (the
@@ -473,8 +474,7 @@ class LogManager:
         before = log.log_start_offset
         start = log.delete_records_before(offset)
         if start != before:
-            text = self._log_starts_text()  # built here: the loop owns the logs
-            await trio.to_thread.run_sync(self._write_log_starts, text)
+            await trio.to_thread.run_sync(self._write_log_starts)
         return start
 
     async def flush(self, topic: str, partition: int) -> None:
