@@ -64,6 +64,9 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
     19: [(0, 99, ("topics", "topics", [("name", "name")]))],
     20: [(0, 5, ("topic_names", "responses", [("=", "name")])),
          (6, 99, ("topics", "responses", [("name", "name"), ("topic_id", "topic_id")]))],
+    21: [(0, 99, ("topics", "topics", [("name", "name")])),
+         (0, 99, ("topics.partitions", "topics.partitions",
+                  [("partition_index", "partition_index")]))],
     23: [(0, 99, ("topics", "topics", [("topic", "topic")])),
          (0, 99, ("topics.partitions", "topics.partitions", [("partition", "partition")]))],
     32: [(0, 99, ("resources", "results",
@@ -72,17 +75,27 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
                   [("resource_type", "resource_type"), ("resource_name", "resource_name")]))],
     37: [(0, 99, ("topics", "results", [("name", "name")]))],
     42: [(0, 99, ("groups_names", "results", [("=", "group_id")]))],
+    43: [(0, 99, ("topic_partitions", "replica_election_results", [("topic", "topic")])),
+         (0, 99, ("topic_partitions.partitions", "replica_election_results.partition_result",
+                  [("=", "partition_id")]))],
     44: [(0, 99, ("resources", "responses",
                   [("resource_type", "resource_type"), ("resource_name", "resource_name")]))],
+    45: [(0, 99, ("topics", "responses", [("name", "name")])),
+         (0, 99, ("topics.partitions", "responses.partitions",
+                  [("partition_index", "partition_index")]))],
     49: [(0, 99, ("entries", "entries", [])),
          (0, 99, ("entries.entity", "entries.entity",
                   [("entity_type", "entity_type"), ("entity_name", "entity_name")]))],
+    61: [(0, 99, ("topics", "topics", [("name", "name")])),
+         (0, 99, ("topics.partition_indexes", "topics.partitions", [("=", "partition_index")]))],
 }
 #: Response arrays Kafka leaves empty even though the request has entries to echo.
 EMPTY: dict[int, list[tuple[int, int, str]]] = {
     9: [(2, 7, "topics"), (8, 99, "groups.topics")],  # OffsetFetch: top-level / group error only
     11: [(0, 99, "members")],  # JoinGroup
     13: [(0, 99, "members")],  # LeaveGroup: the top-level error only
+    35: [(0, 99, "results")],  # DescribeLogDirs: the top-level error only
+    46: [(0, 99, "topics")],   # ListPartitionReassignments: the top-level error only
     47: [(0, 99, "topics")],   # OffsetDelete: the top-level error only
 }
 
@@ -168,7 +181,7 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
-    with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 23, 32, 33, 37, 42, 44, 47, 49}
+    with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49}
     no_arrays = {12, 14, 16, 18, 22, 48, 60}  # nothing to echo (48: entries are null)
     assert set(supported_versions()) == with_arrays | no_arrays
 

@@ -151,3 +151,16 @@ def test_gzip_batches_decode() -> None:
     assert rb.validate_batch(compressed).compression == rb.COMPRESSION_GZIP
     assert [(r.key, r.value, r.timestamp) for r in rb.decode_records(compressed)] == [
         (b"k", b"value", 5), (None, None, 6)]
+
+
+@pytest.mark.parametrize("value_size", [1, 100, 10_000, 300_000])
+@pytest.mark.parametrize("spread", [0, 50, 5_000, 10**9])
+def test_records_max_timestamp_reads_every_varint_width(value_size: int, spread: int) -> None:
+    base = 1_700_000_000_000
+    # deltas of every width, negative ones too (records need not be in timestamp order)
+    stamps = [base, base + spread, base - spread, base + spread // 3]
+    data = rb.build_batch([(b"k", b"v" * value_size, [], t) for t in stamps])
+    header = rb.decode_header(data)
+    assert rb.records_max_timestamp(data, 0, header) == max(stamps)
+    padded = b"\0" * 7 + data
+    assert rb.records_max_timestamp(padded, 7, header) == max(stamps)

@@ -408,6 +408,15 @@ async def test_metadata_all_topics_and_by_id(storage_broker: Broker) -> None:
     assert [(t.name, t.error_code) for t in answer.topics] == [
         ("b", ErrorCode.none), (None, ErrorCode.unknown_topic_id)]
     assert answer.topics[0].topic_authorized_operations & (1 << 3)  # READ
+    # Java's Admin.describeTopics(TopicCollection.ofTopicIds(...)): id with an empty name ""
+    answer = await call(storage_broker, METADATA, 12, module.MetadataRequest(
+        topics=(module.MetadataRequestTopic(topic_id=topic_id, name=""),
+                module.MetadataRequestTopic(topic_id=unknown, name=""),
+                module.MetadataRequestTopic(topic_id=topic_id, name="b")),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert [(t.name, t.topic_id, t.error_code) for t in answer.topics] == [
+        ("b", topic_id, ErrorCode.none), (None, unknown, ErrorCode.unknown_topic_id),
+        ("b", topic_id, ErrorCode.invalid_request)]
 
 
 @pytest.mark.parametrize("version", [1, 5, 6])

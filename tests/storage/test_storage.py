@@ -104,6 +104,17 @@ async def test_validation_errors(tmp_path: Path) -> None:
         await lm.append("t", 0, batch([b"x" * 300]))
     with pytest.raises(se.InvalidRecord):
         await lm.append("t", 0, batch([b"x"], attributes=rb.CONTROL_BIT))
+    # Kafka's size checks: a batch over max.message.bytes (topic) / message.max.bytes (broker
+    # default) is MESSAGE_TOO_LARGE; an append over segment.bytes is RECORD_LIST_TOO_LARGE
+    lm.create_topic("small-segments", 1, {"segment.bytes": "150"})
+    with pytest.raises(se.RecordListTooLarge):
+        await lm.append("small-segments", 0, batch([b"x" * 100]))
+    await lm.append("small-segments", 0, batch([b"x" * 50]))
+    other = make(tmp_path / "other", message_max_bytes="100")
+    other.create_topic("broker-default", 1)
+    with pytest.raises(se.MessageTooLarge):
+        await other.append("broker-default", 0, batch([b"x" * 100]))
+    other.close()
     assert lm.get_partition("t", 0).log_end_offset == 0  # type: ignore[union-attr]
     lm.close()
 
@@ -374,3 +385,181 @@ async def test_failing_background_job_does_not_stop_the_broker(
     assert len(calls) == 3
     failed = log_events.events("background_task_failed")
     assert len(failed) == 3 and failed[0]["task"] == "_retention_pass"
+
+
+async def test_delete_records_moves_the_log_start_offset_durably(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("d", 1, {"segment.bytes": "300"})
+    lm.create_topic("compacted", 1, {"cleanup.policy": "compact"})
+    for i in range(10):
+        await lm.append("d", 0, batch([b"%02d" % i * 20]))
+    log = lm.get_partition("d", 0)
+    assert log is not None and len(log.segments) > 3
+    segments_before = len(log.segments)
+    assert await lm.delete_records("d", 0, 7) == 7
+    # whole segments below the new start are gone; the one holding offset 7 stays
+    assert len(log.segments) < segments_before and log.segments[0].base_offset <= 7
+    assert lm.list_offset("d", 0, -2) == (7, -1)
+    with pytest.raises(se.OffsetOutOfRange):
+        lm.read("d", 0, 6, 1000)
+    assert [o for o, _ in read_all(lm, "d") if o >= 7] == [7, 8, 9]
+    # lower than the current start: no change; past the high watermark or negative: refused
+    assert await lm.delete_records("d", 0, 3) == 7
+    with pytest.raises(se.OffsetOutOfRange):
+        await lm.delete_records("d", 0, 11)
+    with pytest.raises(se.OffsetOutOfRange):
+        await lm.delete_records("d", 0, -5)
+    with pytest.raises(se.PolicyViolation):
+        await lm.delete_records("compacted", 0, 0)
+    # the start survives a clean restart and a crash (Kafka's log-start-offset checkpoint)
+    lm = reopen(lm)
+    assert lm.list_offset("d", 0, -2) == (7, -1)
+    lm = reopen(lm, after_crash=True)
+    assert lm.list_offset("d", 0, -2) == (7, -1)
+    with pytest.raises(se.OffsetOutOfRange):
+        lm.read("d", 0, 6, 1000)
+    # -1 deletes up to the high watermark; appends continue from there
+    assert await lm.delete_records("d", 0, -1) == 10
+    assert (await lm.append("d", 0, batch([b"after"]))).base_offset == 10
+    assert read_all(lm, "d") == [(10, b"after")]
+    lm.close()
+
+
+async def test_retention_keeps_working_after_delete_records(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("r", 1, {"segment.bytes": "300", "retention.bytes": "700"})
+    now = now_ms()
+    for _ in range(10):
+        await lm.append("r", 0, batch([b"y" * 50]))
+    log = lm.get_partition("r", 0)
+    assert log is not None
+    # a start offset inside a segment is kept by size-based retention when larger
+    second = log.segments[1].base_offset
+    await lm.delete_records("r", 0, second + 1)
+    assert log.segments[0].base_offset == second
+    log.delete_old_segments(now)
+    assert log.log_start_offset >= second + 1
+    assert log.size_bytes - log.segments[0].size < 700 <= log.size_bytes
+    # time-based retention moves the start past a DeleteRecords start too
+    lm.alter_topic_config("r", {"retention.ms": "1", "retention.bytes": "-1"}, incremental=True)
+    log.delete_old_segments(now_ms() + 3_600_000)
+    assert log.log_start_offset == log.log_end_offset == 10
+    lm = reopen(lm)
+    assert lm.list_offset("r", 0, -2) == (10, -1)
+    lm.close()
+
+
+def with_header_max_timestamp(data: bytes, max_timestamp: int, *, gzip: bool = False) -> bytes:
+    """A client's batch whose header max timestamp is ``max_timestamp`` whatever its records say
+    (sarama 1.22 leaves it unset), optionally gzip-compressed; CRC valid."""
+    import struct
+    import zlib
+
+    out = bytearray(data[:rb.HEADER_SIZE])
+    body = data[rb.HEADER_SIZE:]
+    if gzip:
+        packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        body = packer.compress(body) + packer.flush()
+        struct.pack_into(">h", out, rb.ATTRIBUTES_OFFSET, rb.COMPRESSION_GZIP)
+    out += body
+    struct.pack_into(">i", out, 8, len(out) - rb.LOG_OVERHEAD)
+    struct.pack_into(">q", out, rb.MAX_TIMESTAMP_OFFSET, max_timestamp)
+    struct.pack_into(">I", out, rb.CRC_OFFSET, rb.compute_crc(out))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("gzip", [False, True])
+async def test_max_timestamp_is_derived_from_the_records(tmp_path: Path, gzip: bool) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="0")
+    lm.create_topic("ts", 1)
+    base = 1_700_000_000_000
+    for n, (claimed, stamps) in enumerate([(-1, (0, 5, 3)), (base, (10, 20)),
+                                           (base + 999_999, (30, 31))]):
+        records = [(None, b"%d" % n, [], base + s) for s in stamps]
+        sent = with_header_max_timestamp(rb.build_batch(records), claimed, gzip=gzip)
+        await lm.append("ts", 0, sent)
+    data = lm.read("ts", 0, 0, 1 << 20).records
+    headers = [rb.validate_batch(data[p:p + s]) for p, s in rb.iter_batches(data)]  # CRCs ok
+    assert [h.max_timestamp for h in headers] == [base + 5, base + 20, base + 31]
+    # by timestamp: the first record at or after it, through the time index
+    assert lm.list_offset("ts", 0, base + 4) == (1, base + 5)
+    assert lm.list_offset("ts", 0, base + 6) == (3, base + 10)
+    assert lm.list_offset("ts", 0, base + 21) == (5, base + 30)
+    assert lm.list_offset("ts", 0, base + 32) == (-1, -1)
+    assert lm.list_offset("ts", 0, -3) == (6, base + 31)
+    # the rewritten headers are what recovery and the indexes see after a crash too
+    lm = reopen(lm, after_crash=True)
+    assert lm.list_offset("ts", 0, base + 4) == (1, base + 5)
+    assert lm.list_offset("ts", 0, -3) == (6, base + 31)
+    # a record running past its batch is CORRUPT_MESSAGE
+    bad = bytearray(rb.build_batch([(None, b"x", [], base)]))
+    bad[rb.HEADER_SIZE] = 0x7E  # record length 63: past the end
+    with pytest.raises(se.CorruptMessage):
+        await lm.append("ts", 0, with_header_max_timestamp(bytes(bad), base))
+    lm.close()
+
+
+async def test_no_index_rebuilt_warning_for_partitions_created_since_a_clean_start(
+        tmp_path: Path, log_events: Any) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("before", 1)
+    lm = reopen(lm)  # a clean restart: the previous run's flag says "clean"
+    lm.create_topic("after", 2)
+    lm.create_partitions("before", 3)
+    for topic, partitions in (("after", 2), ("before", 3)):
+        for partition in range(partitions):
+            await lm.append(topic, partition, batch([b"x"]))
+            assert values_of(lm.read(topic, partition, 0, 1000).records) == [(0, b"x")]
+    lm = reopen(lm)
+    for topic, partitions in (("after", 2), ("before", 3)):
+        for partition in range(partitions):
+            assert values_of(lm.read(topic, partition, 0, 1000).records) == [(0, b"x")]
+    # and after a crash, partitions created by the recovering run are new, not suspect
+    lm = reopen(lm, after_crash=True)
+    lm.create_topic("post-crash", 1)
+    await lm.append("post-crash", 0, batch([b"y"]))
+    lm = reopen(lm)
+    assert log_events.events("log_index_rebuilt") == []
+    assert log_events.events("log_tail_truncated") == []
+    lm.close()
+
+
+async def test_record_timestamps_are_checked_against_the_topic_bounds(tmp_path: Path) -> None:
+    """KIP-937: message.timestamp.before/after.max.ms (or the deprecated difference.max.ms)
+    bound every CreateTime record's timestamp, not only the batch's."""
+    lm = make(tmp_path)
+    lm.create_topic("bounded", 1, {"message.timestamp.before.max.ms": "60000",
+                                   "message.timestamp.after.max.ms": "1000"})
+    lm.create_topic("legacy", 1, {"message.timestamp.difference.max.ms": "60000"})
+    lm.create_topic("free", 1)
+    now = now_ms()
+    ok = rb.build_batch([(None, b"a", [], now - 30_000), (None, b"b", [], now)])
+    old_inside = rb.build_batch([(None, b"a", [], now), (None, b"b", [], now - 3_600_000)])
+    future = rb.build_batch([(None, b"a", [], now), (None, b"b", [], now + 600_000)])
+    assert (await lm.append("bounded", 0, ok)).base_offset == 0
+    for topic in ("bounded", "legacy"):  # the difference bounds both sides
+        for bad in (old_inside, future):  # the out-of-range record is not the batch's max
+            with pytest.raises(se.InvalidTimestamp):
+                await lm.append(topic, 0, bad)
+    for batch_ in (ok, old_inside, future):  # unbounded by default
+        await lm.append("free", 0, batch_)
+    lm.alter_topic_config("bounded", {"message.timestamp.type": "LogAppendTime"},
+                          incremental=True)
+    await lm.append("bounded", 0, future)  # LogAppendTime: the broker stamps, nothing checked
+    assert lm.get_partition("bounded", 0).log_end_offset == 4  # type: ignore[union-attr]
+    lm.close()
+
+
+async def test_a_recreated_topic_does_not_inherit_a_deleted_log_start_offset(
+        tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("again", 1)
+    await lm.append("again", 0, batch([b"a", b"b", b"c"]))
+    assert await lm.delete_records("again", 0, 2) == 2
+    lm.delete_topic("again")
+    lm.create_topic("again", 1)
+    await lm.append("again", 0, batch([b"new"]))
+    await lm.flush("again", 0)
+    lm = reopen(lm, after_crash=True)  # no periodic checkpoint ran in between
+    assert read_all(lm, "again") == [(0, b"new")]
+    lm.close()

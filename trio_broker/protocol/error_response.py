@@ -57,7 +57,8 @@ _VALUE_ARRAYS = {
     "groups": "group_id",             # DescribeGroups
     "groups_names": "group_id",       # DeleteGroups
     "topic_names": "name",            # DeleteTopics v1-v5
-    "partition_indexes": "partition_index",  # OffsetFetch v1
+    "partition_indexes": "partition_index",  # OffsetFetch v1, DescribeProducers
+    "partitions": "partition_id",     # ElectLeaders (only where the entry has partition_id)
 }
 #: Kafka's ``Errors.UNKNOWN_SERVER_ERROR.message()``, sent where Kafka uses ``error.message()``.
 UNKNOWN_SERVER_ERROR_MESSAGE = ("The server experienced an unexpected error when processing the "

@@ -37,6 +37,7 @@ LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 MAGIC = 2
 
+PARTITION_LEADER_EPOCH_OFFSET = 12
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
@@ -63,6 +64,7 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 
 class RecordBatchError(Exception):
@@ -244,14 +246,17 @@ def split_batches(data: bytes | bytearray | memoryview, *, max_size: int | None 
 
 
 def assign_offset(batch: bytearray, position: int, base_offset: int,
-                  log_append_time: int | None = None) -> None:
-    """Rewrite, in place, the base offset of the batch at ``position``.
+                  log_append_time: int | None = None, leader_epoch: int | None = None) -> None:
+    """Rewrite, in place, the base offset of the batch at ``position`` (and, given
+    ``leader_epoch``, its partition leader epoch, as Kafka's LogValidator stamps it).
 
     With ``log_append_time`` (epoch milliseconds) the max timestamp and the timestamp-type bit
-    are set too, and the CRC (which covers them) is recomputed; the base offset lies outside
-    the CRC, so a CreateTime batch needs no new CRC.
+    are set too, and the CRC (which covers them) is recomputed; the base offset and the leader
+    epoch lie outside the CRC, so a CreateTime batch needs no new CRC.
     """
     _I64.pack_into(batch, position, base_offset)
+    if leader_epoch is not None:
+        _I32.pack_into(batch, position + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
     if log_append_time is not None:
         (attributes,) = _I16.unpack_from(batch, position + ATTRIBUTES_OFFSET)
         _I16.pack_into(batch, position + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)
@@ -260,6 +265,90 @@ def assign_offset(batch: bytearray, position: int, base_offset: int,
         end = position + length + LOG_OVERHEAD
         crc = crc32c.crc32c(memoryview(batch)[position + ATTRIBUTES_OFFSET:end])
         _U32.pack_into(batch, position + CRC_OFFSET, crc)
+
+
+def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
+                          header: BatchHeader) -> int | None:
+    """The largest record timestamp of the batch at ``position`` (Kafka's LogValidator derives
+    it from the records rather than trusting the header), or None when the records are
+    compressed with a codec decoded nowhere here (snappy, lz4, zstd)."""
+    bounds = records_timestamp_bounds(batch, position, header)
+    return None if bounds is None else bounds[1]
+
+
+def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: int,
+                             header: BatchHeader) -> tuple[int, int] | None:
+    """``(smallest, largest)`` record timestamp of the batch at ``position``, or None when the
+    records are compressed with a codec decoded nowhere here (snappy, lz4, zstd).
+
+    Only each record's length and timestamp delta are read (varints); the rest is skipped.
+    """
+    if header.compression == COMPRESSION_NONE:
+        data: bytes | bytearray | memoryview = batch
+        at = position + HEADER_SIZE
+        end = position + header.size
+    elif header.compression == COMPRESSION_GZIP:
+        data = _records_payload(memoryview(batch)[position:position + header.size], header)
+        at, end = 0, len(data)
+    else:
+        return None
+    largest = -(1 << 63)
+    smallest = 1 << 63
+    try:
+        for _ in range(header.record_count):
+            # record length, then (after the attributes byte) the timestamp delta: zigzag
+            # varints, one- and two-byte ones (records under 8 KiB, deltas under 8 s) inline
+            byte = data[at]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                at += 1
+            elif data[at + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[at + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                at += 2
+            else:
+                length, at = _read_varint_at(data, at, end)
+            after = at + length
+            if length < 2 or after > end:
+                raise RecordBatchError("corrupt_message", "record runs past the batch")
+            byte = data[at + 1]
+            if byte < 0x80:
+                delta = (byte >> 1) ^ -(byte & 1)
+            elif at + 2 < after and data[at + 2] < 0x80:
+                raw = (byte & 0x7F) | (data[at + 2] << 7)
+                delta = (raw >> 1) ^ -(raw & 1)
+            else:
+                delta, _ = _read_varint_at(data, at + 1, after)
+            if delta > largest:
+                largest = delta
+            if delta < smallest:
+                smallest = delta
+            at = after
+    except IndexError:
+        raise RecordBatchError("corrupt_message", "record runs past the batch") from None
+    return header.base_timestamp + smallest, header.base_timestamp + largest
+
+
+def _read_varint_at(data: bytes | bytearray | memoryview, at: int, end: int) -> tuple[int, int]:
+    raw = shift = 0
+    while True:
+        if at >= end or shift > 63:
+            raise RecordBatchError("corrupt_message", "bad varint in record")
+        byte = data[at]
+        at += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), at
+        shift += 7
+
+
+def set_max_timestamp(batch: bytearray, position: int, max_timestamp: int) -> None:
+    """Rewrite the max timestamp of the batch at ``position`` and recompute its CRC."""
+    _I64.pack_into(batch, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    (_, length) = _OFFSET_AND_LENGTH.unpack_from(batch, position)
+    end = position + length + LOG_OVERHEAD
+    crc = crc32c.crc32c(memoryview(batch)[position + ATTRIBUTES_OFFSET:end])
+    _U32.pack_into(batch, position + CRC_OFFSET, crc)
 
 
 # ------------------------------------------------------------------ record encoding (cold path)

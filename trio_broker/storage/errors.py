@@ -47,6 +47,12 @@ class MessageTooLarge(StorageError):
     error_code = ErrorCode.message_too_large
 
 
+class RecordListTooLarge(StorageError):
+    """Kafka's RecordBatchTooLargeException: the records of one append exceed segment.bytes."""
+
+    error_code = ErrorCode.record_list_too_large
+
+
 class OffsetOutOfRange(StorageError):
     error_code = ErrorCode.offset_out_of_range
 

@@ -17,18 +17,27 @@ from pathlib import Path
 import attrs
 import trio
 
+from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
 from .errors import (
     BATCH_ERRORS,
+    CorruptMessage,
     InvalidRecord,
+    InvalidTimestamp,
     KafkaStorageError,
     OffsetOutOfRange,
+    PolicyViolation,
+    RecordListTooLarge,
     StorageError,
 )
 from .producer_state import ProducerStateManager
 from .segment import Segment
 from .topic_config import LogConfig
+
+#: The one leader epoch of every partition: this node has led it since offset 0. Metadata,
+#: ListOffsets, OffsetForLeaderEpoch report it, and every appended batch carries it.
+LEADER_EPOCH = 0
 
 
 def now_ms() -> int:
@@ -79,7 +88,8 @@ class PartitionLog:
         self._flush_lock = trio.Lock()
 
     # ------------------------------------------------------------------------------ opening
-    def open(self, *, clean: bool, recovery_point: int | None) -> None:
+    def open(self, *, clean: bool, recovery_point: int | None,
+             log_start_offset: int | None = None) -> None:
         """Load the segments found on disk; recover those that may hold unflushed data.
 
         A clean shutdown trusts every index (checked for sanity, rebuilt when broken). After a
@@ -103,7 +113,12 @@ class PartitionLog:
                 self.directory, base, index_max_bytes=self.config.segment_index_bytes,
                 index_interval_bytes=self.config.index_interval_bytes, created_ms=created))
         if not self.segments:
+            # A new log: nothing on disk to trust or recover (and its index files were just
+            # created, so checking them would report a false "rebuilt").
             self._add_segment(self._new_segment(0))
+            self.log_start_offset = self.recovery_point = self.log_end_offset
+            self._load_producer_state()
+            return
         # Without a recorded recovery point, a crash means every segment is suspect.
         point = recovery_point if recovery_point is not None and recovery_point >= 0 else 0
         for index, segment in enumerate(self.segments):
@@ -127,7 +142,9 @@ class PartitionLog:
                 del self.segments[index + 1:]
                 del self._bases[index + 1:]
                 break
-        self.log_start_offset = self.segments[0].base_offset
+        # Kafka's log-start-offset checkpoint: DeleteRecords may have moved it into a segment.
+        self.log_start_offset = min(max(self.segments[0].base_offset, log_start_offset or 0),
+                                    self.log_end_offset)
         self.recovery_point = self.log_end_offset if clean else min(point, self.log_end_offset)
         self._load_producer_state()
 
@@ -178,6 +195,12 @@ class PartitionLog:
                                        from_client=from_client)
         except rb.RecordBatchError as exc:
             raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
+        if len(records) > self.config.segment_bytes:
+            # UnifiedLog.append: an append must fit in one segment.
+            raise RecordListTooLarge(
+                f"Message batch size is {len(records)} bytes in append to partition "
+                f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
+                f"size of {self.config.segment_bytes}.")
         state = self.producer_state
         if producer_check:
             # Kafka answers a retried batch with the offsets it got the first time.
@@ -198,10 +221,11 @@ class PartitionLog:
         assigned: list[tuple[int, rb.BatchHeader]] = []
         messages = 0
         for position, header in batches:
-            rb.assign_offset(data, position, next_offset, stamp)
-            header = attrs.evolve(
-                header, base_offset=next_offset,
-                max_timestamp=stamp if stamp is not None else header.max_timestamp)
+            rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
+            max_timestamp = stamp if stamp is not None else self._derived_max_timestamp(
+                data, position, header)
+            header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp,
+                                  partition_leader_epoch=LEADER_EPOCH)
             assigned.append((position, header))
             next_offset = header.next_offset
             messages += header.record_count
@@ -218,6 +242,36 @@ class PartitionLog:
         self._wake()
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
+
+    def _derived_max_timestamp(self, data: bytearray, position: int,
+                               header: rb.BatchHeader) -> int:
+        """Kafka's LogValidator: the batch's max timestamp is the largest record timestamp,
+        whatever the client wrote in the header (sarama and kafka-go may leave it unset); a
+        wrong one is rewritten in place (CRC included) so the time index and readers agree.
+        Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
+        INVALID_TIMESTAMP (KIP-937)."""
+        try:
+            bounds = rb.records_timestamp_bounds(data, position, header)
+        except rb.RecordBatchError as exc:
+            raise CorruptMessage(exc.message) from None
+        if bounds is None:  # a codec not decoded here: the header is all there is
+            bounds = (header.base_timestamp, header.max_timestamp)
+        smallest, derived = bounds
+        config = self.config
+        if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
+            now = now_ms()
+            low = now - config.timestamp_before_max_ms
+            high = now + config.timestamp_after_max_ms
+            # Records without a timestamp (-1) are not checked, as in Kafka.
+            for timestamp in (smallest, derived):
+                if timestamp != rb.NO_TIMESTAMP and not low <= timestamp <= high:
+                    raise InvalidTimestamp(
+                        f"Timestamp {timestamp} of message in partition {self.topic}-"
+                        f"{self.partition} is out of range. The timestamp should be within "
+                        f"[{low}, {high}]")
+        if derived != header.max_timestamp:
+            rb.set_max_timestamp(data, position, derived)
+        return derived
 
     def _fail_append(self, segment: Segment, size_before: int, exc: OSError) -> None:
         try:
@@ -374,14 +428,54 @@ class PartitionLog:
         return best.offset_of_max_timestamp, target
 
     # ---------------------------------------------------------------------------- retention
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (-1: the high watermark).
+
+        As Kafka's ``Partition.deleteRecordsOnLeader``: a negative offset or one past the high
+        watermark is OFFSET_OUT_OF_RANGE; a lower offset than the current start changes nothing.
+        Whole segments below the new start go at once (Kafka's retention pass does it a little
+        later). Returns the new log start offset (the response's low watermark); the caller
+        persists it.
+        """
+        if not self.config.delete_enabled:
+            raise PolicyViolation(
+                f"Records of partition {self.topic}-{self.partition} can not be deleted due to "
+                "the configured policy")
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            raise OffsetOutOfRange(
+                f"Cannot increment the log start offset to {target} of partition "
+                f"{self.topic}-{self.partition} since it is larger than the high watermark "
+                f"{self.high_watermark}" if target >= 0 else
+                f"The offset {offset} for partition {self.topic}-{self.partition} is not valid")
+        if target > self.log_start_offset:
+            self.log_start_offset = target
+            self.producer_state.on_log_start_advanced(target)
+            emit("log_start_offset_advanced", topic=self.topic, partition=self.partition,
+                 log_start_offset=target, reason="delete_records")
+            self._delete_segments(self._breached_by_start(), "log_start_offset")
+        return self.log_start_offset
+
+    def _breached_by_start(self) -> int:
+        """How many leading segments lie wholly below the log start offset (Kafka's
+        ``deleteLogStartOffsetBreachedSegments``: the next segment starts at or below it)."""
+        count = 0
+        for later in self.segments[1:]:
+            if later.base_offset > self.log_start_offset:
+                break
+            count += 1
+        return count
+
     def delete_old_segments(self, now: int) -> int:
-        """Kafka's retention: drop the oldest segments past ``retention.ms`` or while the log
-        exceeds ``retention.bytes``. Returns the number of segments deleted."""
+        """Kafka's retention: drop the oldest segments past ``retention.ms``, while the log
+        exceeds ``retention.bytes``, or wholly below the log start offset (DeleteRecords).
+        Returns the number of segments deleted."""
         config = self.config
         if not config.delete_enabled:
             return 0
-        deletable = 0
+        deletable = self._breached_by_start()
         if config.retention_ms >= 0:
+            by_time = 0
             for segment in self.segments:
                 if segment.size == 0:
                     break
@@ -389,7 +483,8 @@ class PartitionLog:
                     _mtime_ms(segment)
                 if now - largest <= config.retention_ms:
                     break
-                deletable += 1
+                by_time += 1
+            deletable = max(deletable, by_time)
         if config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
             by_size = 0
@@ -399,6 +494,9 @@ class PartitionLog:
                 excess -= segment.size
                 by_size += 1
             deletable = max(deletable, by_size)
+        return self._delete_segments(deletable, "retention")
+
+    def _delete_segments(self, deletable: int, reason: str) -> int:
         if deletable == 0:
             return 0
         if deletable >= len(self.segments):
@@ -411,7 +509,7 @@ class PartitionLog:
         for segment in doomed:
             segment.delete()
             emit("log_segment_deleted", topic=self.topic, partition=self.partition,
-                 segment=segment.base_offset, size=segment.size, reason="retention")
+                 segment=segment.base_offset, size=segment.size, reason=reason)
         return len(doomed)
 
     # ------------------------------------------------------------------------------ close

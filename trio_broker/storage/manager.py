@@ -4,6 +4,7 @@ On-disk layout under ``config.data_dir`` (Kafka's, plus one JSON file for topic 
 
     topics.json                         topic ids, partition counts, config overrides
     recovery-point-offset-checkpoint    Kafka's format: offsets below which data was fsynced
+    log-start-offset-checkpoint         Kafka's format: log start offsets moved by DeleteRecords
     .kafka_cleanshutdown                present only between a clean close and the next open
     producer-id-block                   next unallocated producer id block
     <topic>-<partition>/00000000000000000000.log|.index|.timeindex, <offset>.snapshot
@@ -16,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -52,6 +54,7 @@ TOPICS_FILE = "topics.json"
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 PRODUCER_ID_FILE = "producer-id-block"
 #: Kafka's log.flush.offset.checkpoint.interval.ms default.
 CHECKPOINT_INTERVAL_S = 60.0
@@ -103,6 +106,9 @@ class LogManager:
         self.clean_shutdown = False
         self._opened = False
         self._lock_fd: int | None = None
+        #: One writer of the log-start checkpoint at a time (they share its ``.tmp`` file);
+        #: a thread lock, since worker threads and the event loop (topic deletion) both write.
+        self._log_starts_lock = threading.Lock()
 
     # ------------------------------------------------------------------------- life cycle
     def open(self) -> None:
@@ -112,12 +118,14 @@ class LogManager:
         self._lock_data_dir()
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
-        points = self._read_recovery_points()
+        points = self._read_checkpoint(RECOVERY_CHECKPOINT_FILE)
+        starts = self._read_checkpoint(LOG_START_CHECKPOINT_FILE)
         self._topics = self._load_topics()
         for info in self._topics.values():
             self._log_configs[info.name] = LogConfig.build(self.config, info.configs)
             for partition in range(info.num_partitions):
-                self._open_log(info.name, partition, points.get((info.name, partition)))
+                key = (info.name, partition)
+                self._open_log(info.name, partition, points.get(key), starts.get(key))
         self._remove_strays()
         self._producer_ids = ProducerIdAllocator(self.data_dir / PRODUCER_ID_FILE)
         # From here on, a crash must trigger recovery: the marker goes before any write.
@@ -146,10 +154,14 @@ class LogManager:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _open_log(self, topic: str, partition: int, recovery_point: int | None) -> PartitionLog:
+    def _open_log(self, topic: str, partition: int, recovery_point: int | None,
+                  log_start_offset: int | None = None) -> PartitionLog:
         log = PartitionLog(topic, partition, self.data_dir / f"{topic}-{partition}",
                            self._log_configs[topic])
-        log.open(clean=self.clean_shutdown, recovery_point=recovery_point)
+        # Logs created by this run (new topics and partitions) have no previous run to recover
+        # from: the clean-shutdown flag read at start-up is not theirs.
+        log.open(clean=self.clean_shutdown or self._opened, recovery_point=recovery_point,
+                 log_start_offset=log_start_offset)
         self._logs[(topic, partition)] = log
         return log
 
@@ -194,10 +206,11 @@ class LogManager:
             for t in self._topics.values()]}
         _write_atomic(self.data_dir / TOPICS_FILE, json.dumps(payload, indent=1))
 
-    def _read_recovery_points(self) -> dict[tuple[str, int], int]:
+    def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
+        """A Kafka offset checkpoint file (version, count, then ``topic partition offset``)."""
         points: dict[tuple[str, int], int] = {}
         try:
-            lines = (self.data_dir / RECOVERY_CHECKPOINT_FILE).read_text("utf-8").splitlines()
+            lines = (self.data_dir / name).read_text("utf-8").splitlines()
             for line in lines[2:]:
                 topic, partition, offset = line.split()
                 points[(topic, int(partition))] = int(offset)
@@ -209,6 +222,21 @@ class LogManager:
         lines = ["0", str(len(self._logs))]
         lines += [f"{t} {p} {log.recovery_point}" for (t, p), log in self._logs.items()]
         _write_atomic(self.data_dir / RECOVERY_CHECKPOINT_FILE, "\n".join(lines) + "\n")
+        self._write_log_starts()
+
+    def _write_log_starts(self) -> None:
+        # The text is built under the lock, so of concurrent writers the last one to write
+        # always writes the newest starts (an older snapshot never overwrites a newer one).
+        with self._log_starts_lock:
+            _write_atomic(self.data_dir / LOG_START_CHECKPOINT_FILE, self._log_starts_text())
+
+    def _log_starts_text(self) -> str:
+        """Kafka's log-start-offset checkpoint: only starts inside the first segment (the
+        others are implied by the segment files)."""
+        moved = [(t, p, log.log_start_offset) for (t, p), log in list(self._logs.items())
+                 if log.log_start_offset > log.segments[0].base_offset]
+        lines = ["0", str(len(moved))] + [f"{t} {p} {offset}" for t, p, offset in moved]
+        return "\n".join(lines) + "\n"
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Background work under the broker's nursery: retention, time-based flush, recovery
@@ -314,12 +342,17 @@ class LogManager:
         info = self._require(name)
         del self._topics[name]
         self._save_topics()
+        moved_start = False
         for partition in range(info.num_partitions):
             log = self._logs.pop((name, partition), None)
             if log is not None:
+                moved_start |= log.log_start_offset > log.segments[0].base_offset
                 log._wake()
                 log.delete_files()
         self._log_configs.pop(name, None)
+        if moved_start:
+            # A topic re-created under this name must not inherit the old start offsets.
+            self._write_log_starts()
         emit("topic_deleted", topic=name)
 
     def create_partitions(self, name: str, new_total: int, *,
@@ -432,6 +465,17 @@ class LogManager:
             raise OffsetOutOfRange(f"Unsupported special timestamp {timestamp}")
         found = log.offset_for_timestamp(timestamp)
         return found if found is not None else (-1, -1)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the log start offset to ``offset`` (-1: the high watermark) and
+        checkpoint it before answering, so a restart never resurrects deleted records.
+        Returns the new log start offset."""
+        log = self._log(topic, partition)
+        before = log.log_start_offset
+        start = log.delete_records_before(offset)
+        if start != before:
+            await trio.to_thread.run_sync(self._write_log_starts)
+        return start
 
     async def flush(self, topic: str, partition: int) -> None:
         await self._log(topic, partition).flush()

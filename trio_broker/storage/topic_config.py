@@ -215,6 +215,9 @@ class LogConfig:
     delete_enabled: bool
     flush_messages: int
     flush_ms: int
+    #: KIP-937 bounds on CreateTime record timestamps (LONG_MAX: unbounded).
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = LONG_MAX
 
     @classmethod
     def build(cls, config: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:
@@ -236,4 +239,14 @@ class LogConfig:
             delete_enabled="delete" in str(get("cleanup.policy")),
             flush_messages=get("flush.messages"),
             flush_ms=get("flush.ms"),
+            # Kafka's LogConfig: the deprecated difference.max.ms stands in for either bound
+            # left at its default.
+            timestamp_before_max_ms=_or_difference(get("message.timestamp.before.max.ms"),
+                                                   get("message.timestamp.difference.max.ms")),
+            timestamp_after_max_ms=_or_difference(get("message.timestamp.after.max.ms"),
+                                                  get("message.timestamp.difference.max.ms")),
         )
+
+
+def _or_difference(bound: int, difference: int) -> int:
+    return bound if bound != LONG_MAX else difference

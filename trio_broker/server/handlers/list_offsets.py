@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...storage.log import LEADER_EPOCH
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, response_module, throttle
@@ -15,8 +16,6 @@ MIN_VERSION = 1
 MAX_VERSION = 7
 LATEST = -1
 MAX_TIMESTAMP = -3
-#: The single leader epoch of every partition (Metadata reports 0).
-LEADER_EPOCH = 0
 
 
 @api_handler(LIST_OFFSETS, MIN_VERSION, MAX_VERSION)

@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...storage.log import LEADER_EPOCH
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import (
@@ -46,7 +47,7 @@ def _topic_entry(ctx: RequestContext, module: Any, info: Any, *, with_ops: bool)
     node = ctx.broker.node_id
     partitions = tuple(
         build(module.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=index,
-              leader_id=node, leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
+              leader_id=node, leader_epoch=LEADER_EPOCH, replica_nodes=(node,), isr_nodes=(node,),
               offline_replicas=())
         for index in range(info.num_partitions)
     )
@@ -126,6 +127,10 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
             name = getattr(item, "name", None)
             topic_id = getattr(item, "topic_id", None)
             if topic_id is not None and topic_id != _ZERO_UUID:
+                if name == "":
+                    # Kafka treats an empty name as absent: the Java client's
+                    # describeTopics(TopicCollection.ofTopicIds(...)) sends id + "".
+                    name = None
                 # Kafka refuses ids before v12 (and with a name too): INVALID_REQUEST there;
                 # per topic here, so the rest of the request is still answered.
                 if version < 12 or name is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...storage.log import LEADER_EPOCH
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -15,7 +16,6 @@ from ._admin import build, response_module, throttle
 OFFSET_FOR_LEADER_EPOCH = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
-LEADER_EPOCH = 0
 
 
 @api_handler(OFFSET_FOR_LEADER_EPOCH, MIN_VERSION, MAX_VERSION)
