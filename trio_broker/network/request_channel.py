@@ -157,4 +157,10 @@ class RequestChannel:
                 and handler.can_handle_inline(request)):
             await handler.handle_inline(request)
             return
-        await self.send_channel.send(request)
+        try:
+            # No checkpoint when there is room: a pipelining reader hands over every frame it
+            # has buffered before the handlers run (one scheduler pass, not one per request);
+            # the reader's next receive is its checkpoint, and the in-flight limit bounds it.
+            self.send_channel.send_nowait(request)
+        except trio.WouldBlock:
+            await self.send_channel.send(request)
