@@ -272,7 +272,7 @@ class Connection:
                 self._mute.mute()
                 self._mute.handle(MuteEvent.REQUEST_RECEIVED)
             try:
-                await channel.send(request)
+                await channel.send(request, inline=self._serial)
             except BaseException:
                 # Never enqueued: nobody else will release its memory or answer it.
                 self._pending.remove(request)

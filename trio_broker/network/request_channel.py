@@ -41,6 +41,17 @@ class RequestOwner(Protocol):
         """Called when one of the connection's responses is ready."""
 
 
+class InlineHandler(Protocol):
+    """A handler pool that can answer a request in the sender's own task (the pool above)."""
+
+    def can_handle_inline(self, request: Request) -> bool:
+        """True when ``request``'s API allows it and a handler is idle and not already lent
+        to an inline request."""
+
+    async def handle_inline(self, request: Request) -> None:
+        """Handle ``request`` now, in the calling task, as one of the pool's handlers."""
+
+
 class ResponseAction(enum.Enum):
     """Kafka's five response kinds (``RequestChannel.Response`` subclasses)."""
 
@@ -122,10 +133,34 @@ class RequestChannel:
         self.name = name
         self.capacity = capacity
         self.send_channel, self.receive_channel = trio.open_memory_channel[Request](capacity)
+        #: Set by the handler pool that serves this channel (see :meth:`send`).
+        self.inline_handler: InlineHandler | None = None
 
     @property
     def queue_size(self) -> int:
         return self.send_channel.statistics().current_buffer_used
 
-    async def send(self, request: Request) -> None:
-        await self.send_channel.send(request)
+    async def send(self, request: Request, *, inline: bool = False) -> None:
+        """Queue ``request`` for the handlers, or (``inline``) have it handled in this task.
+
+        ``inline`` is for a sender that would only wait for the answer anyway (a connection
+        with one request in flight). When nothing is queued and a handler is idle, queueing
+        would only hand the request to that handler: two task switches (docs/decisions.md,
+        "inline handling"). The request is then handled in the sender's task instead, counted
+        as one of the pool's handlers, so ``num.io.threads`` still bounds the requests handled
+        at once and a queued request is never overtaken. Otherwise it is queued: a full
+        channel blocks the sender (``queued.max.requests``).
+        """
+        handler = self.inline_handler
+        if (inline and handler is not None
+                and not self.send_channel.statistics().current_buffer_used
+                and handler.can_handle_inline(request)):
+            await handler.handle_inline(request)
+            return
+        try:
+            # No checkpoint when there is room: a pipelining reader hands over every frame it
+            # has buffered before the handlers run (one scheduler pass, not one per request);
+            # the reader's next receive is its checkpoint, and the in-flight limit bounds it.
+            self.send_channel.send_nowait(request)
+        except trio.WouldBlock:
+            await self.send_channel.send(request)

@@ -32,6 +32,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from trio_broker.protocol.encoder import compile_encoder
 from trio_broker.protocol.prescan import InvalidRequest, scan_body, skip_tagged_fields
 
 API_VERSIONS_KEY = 18
@@ -181,17 +182,30 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
 
 
 def encode_body(body: Any) -> bytes:
-    buffer = io.BytesIO()
-    _writer(type(body))(buffer, body)
-    return buffer.getvalue()
+    """A response body, by the precompiled encoder (:mod:`~trio_broker.protocol.encoder`,
+    byte-identical to kio's writer)."""
+    buffer = bytearray()
+    compile_encoder(type(body))(buffer, body)
+    return bytes(buffer)
+
+
+_SIZE_AND_CORRELATION_ID = struct.Struct(">ii")
 
 
 def encode_response(request: DecodedRequest, body: Any) -> bytes:
     """A framed response: size, response header (v0, or v1 for flexible APIs), body.
 
-    ApiVersions always answers with header v0 so that any client can read it.
+    ApiVersions always answers with header v0 so that any client can read it. Encoded in one
+    buffer: size and correlation id first, the size filled in at the end.
     """
-    return frame_response(request, encode_body(body), bool(type(body).__flexible__))
+    schema = type(body)
+    encoder = compile_encoder(schema)
+    buffer = bytearray(8)
+    if schema.__flexible__ and request.api_key != API_VERSIONS_KEY:
+        buffer += b"\x00"  # response header v1: an empty tagged-field section
+    encoder(buffer, body)
+    _SIZE_AND_CORRELATION_ID.pack_into(buffer, 0, len(buffer) - 4, request.correlation_id)
+    return bytes(buffer)
 
 
 def frame_response(request: DecodedRequest, payload: bytes, flexible: bool) -> bytes:

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 
+#: Requests a handler task takes from the channel in a row without a checkpoint of its own.
+HANDLER_BATCH = 16
+
+
 class RequestHandlerPool:
     """Handler tasks for one request channel (data plane, or the control plane's own)."""
 
@@ -42,12 +46,36 @@ class RequestHandlerPool:
         self.num_handlers = num_handlers
         self._handlers = handlers()
         self._idle_handlers = 0
+        # Idle handlers lent to requests handled inline, in their connection's task.
+        self._lent = 0
+        self._lent_lot = trio.lowlevel.ParkingLot()
         self.cancel_scope = trio.CancelScope()
+        channel.inline_handler = self
 
     @property
     def idle_ratio(self) -> float:
-        """Share of handler tasks waiting for a request right now (RequestHandlerAvgIdlePercent)."""
-        return self._idle_handlers / self.num_handlers
+        """Share of handlers free for a request right now (RequestHandlerAvgIdlePercent)."""
+        return max(self._idle_handlers - self._lent, 0) / self.num_handlers
+
+    def can_handle_inline(self, request: Request) -> bool:
+        handler = self._handlers.get(request.decoded.api_key)
+        return self._idle_handlers > self._lent and handler is not None and handler.inline
+
+    async def handle_inline(self, request: Request) -> None:
+        """Handle a request in the connection's task, as one of the idle handlers.
+
+        Shielded: like a handler task, it runs to completion once it has started (the memory
+        reservation and the response slot are always settled); a cancellation of the
+        connection takes effect at its next checkpoint. Only handlers that wait for nothing
+        but the disk are run this way (``ApiHandler.inline``), so the shield is short.
+        """
+        self._lent += 1
+        try:
+            with trio.CancelScope(shield=True):
+                await self.handle(request)
+        finally:
+            self._lent -= 1
+            self._lent_lot.unpark()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self.cancel_scope:
@@ -58,12 +86,28 @@ class RequestHandlerPool:
 
     async def _handler_loop(self) -> None:
         receive = self.channel.receive_channel
+        taken = 0
         while True:
             self._idle_handlers += 1
             try:
-                request = await receive.receive()
+                # A queued request is taken without a checkpoint (one scheduler pass per
+                # request otherwise), up to HANDLER_BATCH in a row so that the loop stays fair.
+                if taken < HANDLER_BATCH:
+                    try:
+                        request = receive.receive_nowait()
+                    except trio.WouldBlock:
+                        taken = 0
+                        request = await receive.receive()
+                else:
+                    taken = 0
+                    request = await receive.receive()
+                taken += 1
             finally:
                 self._idle_handlers -= 1
+            # This handler's turn may be lent to an inline request: never more than
+            # num_handlers requests in hand at once.
+            while self._lent > self._idle_handlers:
+                await self._lent_lot.park()
             await self.handle(request)
 
     async def handle(self, request: Request) -> None:

@@ -26,19 +26,24 @@ class ApiHandler:
     #: Served on the control-plane listener too (Kafka's controller-facing APIs; plus the
     #: handshake APIs every client needs).
     control_plane: bool = False
+    #: The handler waits for nothing but the disk (a long wait is ``Parked`` to the
+    #: purgatory): a connection with one request in flight may run it in its own task
+    #: (docs/decisions.md, "inline handling").
+    inline: bool = False
 
 
 _HANDLERS: dict[int, ApiHandler] = {}
 
 
 def api_handler(api_key: int, min_version: int, max_version: int, *,
-                control_plane: bool = False) -> Callable[[HandlerFn], HandlerFn]:
+                control_plane: bool = False,
+                inline: bool = False) -> Callable[[HandlerFn], HandlerFn]:
     """Register ``fn`` as the handler of ``api_key`` for versions ``min_version..max_version``."""
 
     def register(fn: HandlerFn) -> HandlerFn:
         if api_key in _HANDLERS:
             raise ValueError(f"API key {api_key} already has a handler")
-        _HANDLERS[api_key] = ApiHandler(api_key, min_version, max_version, fn, control_plane)
+        _HANDLERS[api_key] = ApiHandler(api_key, min_version, max_version, fn, control_plane, inline)
         return fn
 
     return register

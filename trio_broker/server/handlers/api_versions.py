@@ -23,7 +23,7 @@ _RESPONSES: tuple[ModuleType, ...] = (v0, v1, v2, v3, v4)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
-@api_handler(API_VERSIONS_KEY, 0, 4)
+@api_handler(API_VERSIONS_KEY, 0, 4, inline=True)
 async def handle_api_versions(ctx: RequestContext, body: Any) -> Any:
     """Kafka's rules: an unsupported version is answered as v0 with UNSUPPORTED_VERSION and the
     ApiVersions range; v3+ requests with an invalid client name or version get INVALID_REQUEST."""

@@ -115,7 +115,7 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int
     return tuple(topics), total, errors
 
 
-@api_handler(FETCH, MIN_VERSION, MAX_VERSION)
+@api_handler(FETCH, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     """Answer at once when min_bytes is met, a partition failed, or max_wait is 0; else park."""
     module = response_module(FETCH, ctx.api_version)

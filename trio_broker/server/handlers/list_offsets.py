@@ -18,7 +18,7 @@ LATEST = -1
 MAX_TIMESTAMP = -3
 
 
-@api_handler(LIST_OFFSETS, MIN_VERSION, MAX_VERSION)
+@api_handler(LIST_OFFSETS, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
     """One answer per requested partition; a duplicate partition is INVALID_REQUEST (Kafka)."""
     module = response_module(LIST_OFFSETS, ctx.api_version)

@@ -96,7 +96,7 @@ async def _append_checked(ctx: RequestContext, topic: str, partition: int, recor
         result.log_start_offset, appended
 
 
-@api_handler(PRODUCE, MIN_VERSION, MAX_VERSION)
+@api_handler(PRODUCE, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     """Append every partition's records; one result per partition, in request order."""
     module = response_module(PRODUCE, ctx.api_version)
