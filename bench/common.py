@@ -21,6 +21,22 @@ import attrs
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def stop_process(process: subprocess.Popen[Any], timeout: float) -> int | None:
+    """SIGTERM a benchmark's server process and wait; SIGKILL if it does not stop within
+    ``timeout`` seconds. Closes its pipes; returns the exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+    for pipe in (process.stdout, process.stderr):
+        if pipe:
+            pipe.close()
+    return process.returncode
+
+
 @attrs.frozen
 class Figure:
     """One measured figure, with the baseline it is compared to (when it has one).
@@ -191,16 +207,7 @@ class BrokerLauncher:
         """SIGTERM and wait; SIGKILL if it does not stop in time. Returns the exit status."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self.process.stderr:
-            self.process.stderr.close()
-        return self.process.returncode
+        return stop_process(self.process, timeout)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -250,17 +257,8 @@ class HelperServer:
         return self
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self.process.stdout:
-            self.process.stdout.close()
+        if self.process is not None:
+            stop_process(self.process, 10)
 
 
 @contextlib.contextmanager

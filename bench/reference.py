@@ -46,7 +46,7 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest
 
 from trio_broker.protocol.codec import encode_request
 
-from .common import BenchResult, Figure, free_port, median, running_broker
+from .common import BenchResult, Figure, free_port, median, running_broker, stop_process
 from .throughput import create_topic
 from .wire import API_VERSIONS_KEY, read_one_frame
 
@@ -160,17 +160,8 @@ class Tansu:
         raise TimeoutError(f"tansu not listening within {timeout} s")
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self.process.stderr:
-            self.process.stderr.close()
+        if self.process is not None:
+            stop_process(self.process, 10)
 
 
 @contextlib.contextmanager
