@@ -308,15 +308,14 @@ class Connection:
                 await trio.sleep_until(self._throttle_deadline)
                 continue
             break
-        if throttled and self._mute is None:  # pipelining has no mute state machine
-            emit("throttle_ended", client_id=self._last_client_id,
-                 user=self.info.principal.partition(":")[2])
+        throttle_ended = throttled  # pipelining has no mute state machine
         if self._mute is not None:
-            if self._mute.state.name.startswith("MUTED_AND_THROTTLED"):
+            throttle_ended = self._mute.state.name.startswith("MUTED_AND_THROTTLED")
+            if throttle_ended:
                 self._mute.handle(MuteEvent.THROTTLE_ENDED)
-                emit("throttle_ended", client_id=self._last_client_id,
-                     user=self.info.principal.partition(":")[2])
             self._mute.maybe_unmute()
+        if throttle_ended:
+            emit("throttle_ended", client_id=self._last_client_id, user=self.info.user)
         if muted_at is not None:
             self._unmuted("ready", muted_at)
 
@@ -551,7 +550,7 @@ class Connection:
             self._throttle_deadline = max(self._throttle_deadline,
                                           trio.current_time() + slot.throttle_ms / 1000)
             emit("throttle_started", client_id=request.decoded.client_id or "",
-                 user=self.info.principal.partition(":")[2],
+                 user=self.info.user,
                  quota_type=slot.throttle_quota or "request_percentage",
                  throttle_ms=float(slot.throttle_ms))
         if self._mute is not None:

@@ -28,6 +28,12 @@ class ConnectionInfo:
     client_software_version: str = "unknown"
     control_plane: bool = False
 
+    @property
+    def user(self) -> str:
+        """The quota user: the principal's name (``ANONYMOUS`` until authentication exists)."""
+        principal = self.principal
+        return principal.partition(":")[2] if principal.startswith("User:") else principal
+
 
 @attrs.frozen
 class Parked:
@@ -95,9 +101,8 @@ class RequestContext:
 
     @property
     def user(self) -> str:
-        """The quota user: the principal's name (``ANONYMOUS`` until authentication exists)."""
-        principal = self.connection.principal
-        return principal.partition(":")[2] if principal.startswith("User:") else principal
+        """The quota user of the request's connection."""
+        return self.connection.user
 
     def throttle(self, throttle_ms: int, quota_type: str, *, wins_ties: bool = False) -> None:
         """Throttle the response for a quota; the longest throttle wins. Kafka names the

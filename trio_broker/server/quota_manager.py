@@ -47,11 +47,6 @@ _USER, _CLIENT = "user", "client-id"
 Tags = tuple[str, str]
 
 
-def quota_user(principal: str) -> str:
-    """The quota user of a connection: the principal's name (``User:ANONYMOUS`` → ANONYMOUS)."""
-    return principal.partition(":")[2] if principal.startswith("User:") else principal
-
-
 def resolve(values: Mapping[Any, float], user: str, client_id: str) -> tuple[Tags, float | None]:
     """Kafka's ``DefaultQuotaCallback``: the sensor tags and the quota of the most specific
     entity that has a quota of this type, in Kafka's order:
