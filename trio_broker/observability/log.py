@@ -226,10 +226,10 @@ def _orjson_dumps(event_dict: Any, **kwargs: Any) -> str:
     and values orjson refuses (integers beyond 64 bits) go through json.dumps instead.
     """
     try:
-        line = orjson.dumps(event_dict, **kwargs)
+        line: bytes | None = orjson.dumps(event_dict, **kwargs)
     except TypeError:  # orjson.JSONEncodeError
-        line = b"\x80"
-    if line.isascii():
+        line = None
+    if line is not None and line.isascii():
         return line.decode("ascii")
     return json.dumps(event_dict, separators=(",", ":"), **kwargs)
 

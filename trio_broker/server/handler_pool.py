@@ -176,14 +176,13 @@ class RequestHandlerPool:
         if quotas is None:
             return body
         managers = quotas.managers
-        exempt = (ctx.connection.control_plane or body is NO_RESPONSE
-                  or isinstance(body, EncodedBody))
-        if managers.request.enabled and not exempt:
+        unencoded = body is not NO_RESPONSE and not isinstance(body, EncodedBody)
+        if managers.request.enabled and unencoded and not ctx.connection.control_plane:
             ctx.throttle(managers.record_request_time(ctx), REQUEST, wins_ties=True)
         if ctx.throttle_ms <= 0:
             return body
         managers.throttled(ctx)
-        if body is NO_RESPONSE or isinstance(body, EncodedBody) or body is None:
+        if not unencoded or body is None:
             return body
         current = getattr(body, "throttle_time", None)
         wanted = datetime.timedelta(milliseconds=ctx.throttle_ms)
