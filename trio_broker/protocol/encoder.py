@@ -37,6 +37,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from .codegen import StructCodegen
+
 __all__ = ["compile_encoder", "encode", "uvarint"]
 
 #: struct format and value expression (``{}`` is the value) of each fixed-size kafka type.
@@ -72,12 +74,13 @@ def uvarint(value: int) -> bytes:
 Encoder = Callable[[bytearray, Any], None]
 
 
-class _Generator:
+class _Generator(StructCodegen):
     """Python source for one flat writer function per struct (``def _wN(buf, v)``)."""
 
+    PREFIX = "_w"
+
     def __init__(self) -> None:
-        self.functions: dict[tuple[type, bool], str] = {}
-        self.sources: list[str] = []
+        super().__init__()
         self.namespace: dict[str, Any] = {
             "_UUID0": _UUID0, "_uv": uvarint, "_MISSING": dataclasses.MISSING,
         }
@@ -103,11 +106,9 @@ class _Generator:
 
     # -------------------------------------------------------------- structs
     def entity(self, schema: type, nullable: bool = False) -> str:
-        key = (schema, nullable)
-        name = self.functions.get(key)
-        if name is not None:
+        name, new = self.reserve(schema, nullable)
+        if not new:
             return name
-        name = self.functions[key] = f"_w{len(self.functions)}"
         lines = [f"def {name}(buf, v):"]
         if nullable:
             inner = self.entity(schema)
@@ -256,10 +257,7 @@ class _Generator:
 
 def _build(schema: type) -> Encoder:
     generator = _Generator()
-    generator.entity(schema)
-    namespace = generator.namespace
-    exec("\n\n".join(generator.sources), namespace)  # noqa: S102 - our own generated code
-    writer: Encoder = namespace[generator.functions[(schema, False)]]
+    writer: Encoder = generator.build(schema, generator.namespace)
     return writer
 
 

@@ -40,6 +40,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from .codegen import StructCodegen
+
 __all__ = ["InvalidRequest", "compile_schema", "scan_body", "skip_tagged_fields"]
 
 
@@ -459,7 +461,7 @@ def _fast_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         raise _Slow from None
 
 
-class _Generator:
+class _Generator(StructCodegen):
     """Python source for one flat function per struct, for frames without tagged fields.
 
     The fast check accepts only what the closures accept (a property the tests check on
@@ -467,16 +469,12 @@ class _Generator:
     field at all, and the closures then produce the precise error or the stripped frame.
     """
 
-    def __init__(self) -> None:
-        self.functions: dict[tuple[type, bool], str] = {}
-        self.sources: list[str] = []
+    PREFIX = "_s"
 
     def entity(self, schema: type, nullable: bool = False) -> str:
-        key = (schema, nullable)
-        name = self.functions.get(key)
-        if name is not None:
+        name, new = self.reserve(schema, nullable)
+        if not new:
             return name
-        name = self.functions[key] = f"_s{len(self.functions)}"
         lines = [f"def {name}(buf, pos, end):"]
         if nullable:
             inner = self.entity(schema)
@@ -594,12 +592,9 @@ _FAST: dict[type, Callable[[bytes, int, int], int]] = {}
 def _fast_check(schema: type) -> Callable[[bytes, int, int], int]:
     check = _FAST.get(schema)
     if check is None:
-        generator = _Generator()
-        entry = generator.entity(schema)
         namespace: dict[str, Any] = {"_Slow": _Slow, "_fast_uvarint": _fast_uvarint,
                                      "_INT16": _INT16, "_INT32": _INT32, "_INT64": _INT64}
-        exec("\n\n".join(generator.sources), namespace)  # noqa: S102 - our own generated code
-        check = _FAST[schema] = namespace[entry]
+        check = _FAST[schema] = _Generator().build(schema, namespace)
     return check
 
 
