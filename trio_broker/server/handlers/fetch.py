@@ -38,7 +38,7 @@ from ._admin import build, error_of, response_module, throttle
 
 FETCH = 1
 MIN_VERSION = 4
-MAX_VERSION = 12
+MAX_VERSION = 17
 READ_COMMITTED = 1
 #: From this version topics are named by id (KIP-516).
 TOPIC_ID_VERSION = 13
