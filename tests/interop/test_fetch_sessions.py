@@ -5,7 +5,7 @@ kafka-python's consumer opens a session and then sends incremental fetches (the 
 names the session id and epoch); the bytes it saves over 100 partitions are measured against
 the same consumer on a broker with no session slots (``max.incremental.fetch.session.cache
 .slots=0``, so every fetch is full). librdkafka 2.16 does not use sessions (it sends id 0, epoch
--1) but fetches by topic id (Fetch v16) and sends Metadata v13. The session errors are checked
+-1) but fetches by topic id (Fetch v16), produces with v10 and sends Metadata v13. The session errors are checked
 with raw frames.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.errors import ErrorCode
@@ -104,11 +104,15 @@ async def test_kafka_python_fetches_incrementally_and_saves_bytes(
 
 
 def librdkafka_session(bootstrap: str, topic: str) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce(topic, value=b"produced", partition=0)
+    producer.flush(TIMEOUT)
+    assert len(producer) == 0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rd",
                          "fetch.wait.max.ms": 50})
     consumer.assign([TopicPartition(topic, i, 0) for i in range(4)])
     got = 0
-    while got < 4:
+    while got < 5:
         message = consumer.poll(TIMEOUT)
         assert message is not None and message.error() is None, message
         got += 1
@@ -116,12 +120,14 @@ def librdkafka_session(bootstrap: str, topic: str) -> int:
     return got
 
 
-async def test_librdkafka_fetches_by_topic_id_without_sessions(
+async def test_librdkafka_produces_v10_and_fetches_by_topic_id_without_sessions(
         broker: Any, log_events: Any) -> None:
     with trio.fail_after(TIMEOUT * 3):
         await fill(broker, "rd", 4)
         assert await trio.to_thread.run_sync(librdkafka_session, broker.bootstrap, "rd",
-                                             abandon_on_cancel=True) == 4
+                                             abandon_on_cancel=True) == 5
+    produced = log_events.events("request", api="Produce")
+    assert [(e["api_version"], e["error"]) for e in produced] == [(10, "NONE")]
     fetches = fetch_lines(log_events, "confluent-kafka-python")
     assert fetches and all(e["api_version"] >= 13 for e in fetches)  # KIP-516 topic ids
     assert all((e["fetch_session_id"], e["fetch_session_epoch"]) == (0, -1) for e in fetches)
