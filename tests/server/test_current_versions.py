@@ -1,6 +1,7 @@
 """The newest API versions kio generates, over real sockets with the raw wire client: Produce
 v10-v12, Metadata v13, ListOffsets v8-v11 (KIP-405/1005/1023 special timestamps) and
-DescribeTopicPartitions (75, KIP-966) with its cursor."""
+DescribeTopicPartitions (75, KIP-966) with its cursor; OffsetForLeaderEpoch fencing and answers after
+the log start offset moved."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from trio_broker.protocol import records as rb
 from trio_broker.protocol.codec import request_schema
 from trio_broker.storage.log import now_ms
 
-PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, DESCRIBE_TOPIC_PARTITIONS = 0, 2, 3, 21, 75
+PRODUCE, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_TOPIC_PARTITIONS = 0, 2, 3, 23, 75
 TIMEOUT = 10
 
 
@@ -132,3 +133,30 @@ async def test_describe_topic_partitions_pages_with_a_cursor(broker: Any) -> Non
     assert [(t.name, t.error_code, t.topic_id) for t in named.topics] == [
         ("c", ErrorCode.none, lm.topics["c"].topic_id),
         ("nope", ErrorCode.unknown_topic_or_partition, None)]  # the zero id, as kio reads it
+
+
+async def test_offset_for_leader_epoch_fencing_and_after_truncation(broker: Any) -> None:
+    lm = broker.broker.log_manager
+    with trio.fail_after(TIMEOUT):
+        lm.create_topic("t", 1)
+        for _ in range(4):
+            await lm.append("t", 0, rb.build_batch([(None, b"v", [], now_ms())]))
+        await lm.delete_records("t", 0, 3)  # the log now starts at 3
+        m = mod(OFFSET_FOR_LEADER_EPOCH, 4)
+        client = await WireClient.connect(broker.port)
+        answers = []
+        for current, requested in ((-1, 0), (0, 0), (1, 0), (-2, 0), (-1, 1), (-1, -5)):
+            got = await client.request(OFFSET_FOR_LEADER_EPOCH, 4, m.OffsetForLeaderEpochRequest(
+                replica_id=-1, topics=(m.OffsetForLeaderTopic(topic="t", partitions=(
+                    m.OffsetForLeaderPartition(partition=0, current_leader_epoch=current,
+                                               leader_epoch=requested),)),)))
+            p = got.topics[0].partitions[0]
+            answers.append((p.error_code, p.leader_epoch, p.end_offset))
+        await client.aclose()
+    assert answers == [
+        (ErrorCode.none, 0, 4), (ErrorCode.none, 0, 4),           # the log end offset
+        (ErrorCode.unknown_leader_epoch, -1, -1),                 # newer than the leader's
+        (ErrorCode.fenced_leader_epoch, -1, -1),                  # older than the leader's
+        (ErrorCode.none, -1, -1),                                 # an epoch never seen
+        (ErrorCode.none, -5, 3),  # below the first epoch: its start, the log start offset
+    ]
