@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import trio.testing
 from kio.schema.errors import ErrorCode
 
@@ -243,6 +245,41 @@ def test_throttled_answers() -> None:
     assert context.throttled() == (None, session_id)
     cache.new_context(12, session_id, 2, [], (), 0)  # another request moved the session on
     assert context.throttled() == ("invalid_fetch_session_epoch", session_id)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.sampled_from(["full", "incremental", "close", "stale"]),
+                          st.integers(0, 3), st.lists(st.integers(0, 5), max_size=4),
+                          st.integers(0, 100_000)), max_size=40))
+def test_random_requests_keep_the_cache_consistent(
+        steps: list[tuple[str, int, list[int], int]]) -> None:
+    """Whatever clients send, the cache never exceeds its slots, its partition count is the sum
+    of its sessions' sizes, and every live session's epoch is the one it last handed out."""
+    cache = FetchSessionCache(3, eviction_ms=50_000, rng=random.Random(0))
+    opened: list[int] = []
+    now = 0
+    for kind, pick, partitions, elapsed in steps:
+        now += elapsed
+        parts = [part("t", p) for p in partitions]
+        target = opened[pick % len(opened)] if opened else 1
+        session = cache.sessions.get(target)
+        if kind == "full":
+            context = cache.new_context(12, 0, 0, parts, (), now)
+        elif kind == "close":
+            context = cache.new_context(12, target, FINAL_EPOCH, parts, (), now)
+        else:
+            epoch = session.epoch if session is not None else 1
+            if kind == "stale":
+                epoch += 1
+            context = cache.new_context(12, target, epoch, parts, [key("t", 0)], now)
+        session_id, keep = context.response([QUIET] * len(context.partitions), now)
+        assert len(keep) == len(context.partitions)
+        if session_id != INVALID_SESSION_ID:
+            opened.append(session_id)
+            assert session_id in cache.sessions
+        assert len(cache) <= 3
+        assert cache.num_partitions == sum(s.size() for s in cache.sessions.values())
+        assert all(s.epoch >= 1 for s in cache.sessions.values())
 
 
 # ------------------------------------------------------------------ through the Fetch handler
