@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import trio.testing
 from kio.schema.errors import ErrorCode
 
 from trio_broker.config import Endpoint, load_config
