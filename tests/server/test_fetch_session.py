@@ -412,7 +412,7 @@ async def test_long_poll_in_a_session_answers_the_partition_that_changed(
 
 async def test_sessions_by_topic_id(broker: Broker) -> None:
     topic_id = broker.log_manager.topics["t"].topic_id
-    ids = {"t": topic_id, "gone": uuid.uuid4()}
+    ids = {"t": topic_id, "gone": uuid.uuid4(), "zero": ZERO_UUID}
     await broker.log_manager.append("t", 1, batch(b"a"))
     full = await fetch(broker, 13, fetch_body(13, {("t", 1): 0, ("gone", 0): 0}, ids=ids))
     assert [t.topic_id for t in full.responses] == [topic_id, ids["gone"]]
@@ -422,6 +422,9 @@ async def test_sessions_by_topic_id(broker: Broker) -> None:
     again = await fetch(broker, 13, fetch_body(13, {("t", 1): 1}, session_id=full.session_id,
                                                epoch=1, ids=ids))
     assert [t.topic_id for t in again.responses] == [ids["gone"]]
+    # the zero id (kio reads it as None) is an unknown id like any other
+    zero = await fetch(broker, 13, fetch_body(13, {("zero", 0): 0}, epoch=-1, ids=ids))
+    assert zero.responses[0].partitions[0].error_code is ErrorCode.unknown_topic_id
     # a v13 session continued with v12 is FETCH_SESSION_TOPIC_ID_ERROR
     mixed = await fetch(broker, 12, fetch_body(12, {}, session_id=full.session_id, epoch=2))
     assert mixed.error_code is ErrorCode.fetch_session_topic_id_error

@@ -95,7 +95,9 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
     partitions = []
     for topic in body.topics:
         if by_id:
-            topic_id, name, key_name = topic.topic_id, names.get(topic.topic_id), ""
+            # kio reads the zero id as None; Kafka looks it up like any other (unknown) id
+            topic_id = topic.topic_id or ZERO_UUID
+            name, key_name = names.get(topic_id), ""
         else:
             topic_id, name, key_name = ZERO_UUID, topic.topic, topic.topic
         for part in topic.partitions:
@@ -106,8 +108,8 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
                 int(getattr(part, "current_leader_epoch", -1)),
                 int(getattr(part, "last_fetched_epoch", -1))))
     forgotten = [
-        PartitionKey(item.topic_id, "", int(p)) if by_id else PartitionKey(ZERO_UUID, item.topic,
-                                                                          int(p))
+        PartitionKey(item.topic_id or ZERO_UUID, "", int(p)) if by_id
+        else PartitionKey(ZERO_UUID, item.topic, int(p))
         for item in getattr(body, "forgotten_topics_data", ()) for p in item.partitions]
     return partitions, forgotten
 
