@@ -27,6 +27,7 @@ from ..fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
     ZERO_UUID,
+    ContextKind,
     FetchPartition,
     Outcome,
     PartitionKey,
@@ -201,23 +202,29 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         ctx.api_version, int(getattr(body, "session_id", 0)),
         int(getattr(body, "session_epoch", FINAL_EPOCH)), requested, forgotten, _now_ms())
 
+    def answer(read: list[tuple[FetchPartition, Any]], *, commit: bool) -> tuple[Any, Any]:
+        """``(response, partitions in it)``: what the session context keeps of ``read``."""
+        if fetch_context.kind is ContextKind.SESSIONLESS:
+            sent, session_id = read, INVALID_SESSION_ID
+        else:
+            outcomes = [_outcome(part) for _, part in read]
+            session_id, keep = fetch_context.response(outcomes, _now_ms(), commit=commit)
+            sent = [item for item, kept in zip(read, keep, strict=True) if kept]
+        return build(module.FetchResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.none, session_id=session_id,
+                     responses=_topics(module, sent)), sent
+
     def respond(read: list[tuple[FetchPartition, Any]]) -> Any:
-        outcomes = [_outcome(part) for _, part in read]
-        session_id, keep = fetch_context.response(outcomes, _now_ms(), commit=False)
-        sent = [item for item, kept in zip(read, keep, strict=True) if kept]
-        response = build(module.FetchResponse, throttle_time=throttle(ctx), error_code=ErrorCode.none,
-                         session_id=session_id, responses=_topics(module, sent))
-        if quotas is not None and _throttled(ctx, quotas.managers, response):
-            # Kafka answers a throttled fetch with no data (the bytes stay unread and are
-            # not charged), so the client backs off and fetches them after the throttle.
+        # Kafka sizes the answer without touching the session (getResponseSize), then answers a
+        # throttled fetch with no data (the bytes stay unread and are not charged), so the
+        # client backs off and fetches them after the throttle.
+        if (quotas is not None and _quotas_on(quotas.managers)
+                and _throttled(ctx, quotas.managers, answer(read, commit=False)[0])):
             error, session_id = fetch_context.throttled()
             return build(module.FetchResponse, throttle_time=throttle(ctx),
                          error_code=ErrorCode[error] if error else ErrorCode.none,
                          session_id=session_id, responses=())
-        session_id, keep = fetch_context.response(outcomes, _now_ms())
-        sent = [item for item, kept in zip(read, keep, strict=True) if kept]
-        response = build(module.FetchResponse, throttle_time=throttle(ctx), error_code=ErrorCode.none,
-                         session_id=session_id, responses=_topics(module, sent))
+        response, sent = answer(read, commit=True)
         _count_bytes_out(ctx, sent)
         return response
 
@@ -261,10 +268,14 @@ def _now_ms() -> int:
     return int(trio.current_time() * 1000)
 
 
+def _quotas_on(managers: QuotaManagers) -> bool:
+    return bool(managers.request.enabled or managers.fetch.enabled)
+
+
 def _throttled(ctx: RequestContext, managers: QuotaManagers, response: Any) -> bool:
     """Kafka's fetch quotas: the request time and the response's size are charged; when
     either quota throttles, the size is taken back and True is returned."""
-    if not (managers.request.enabled or managers.fetch.enabled):
+    if not _quotas_on(managers):
         return False
     request_ms = managers.record_request_time(ctx)
     fetch_ms = 0
