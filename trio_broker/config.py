@@ -393,6 +393,11 @@ class BrokerConfig:
     message_max_bytes: int = setting(
         "message.max.bytes", 1048588, "Largest record batch accepted.", validator=at_least(0),
         group="Log")
+    max_incremental_fetch_session_cache_slots: int = setting(
+        "max.incremental.fetch.session.cache.slots", 1000,
+        "Incremental fetch sessions (KIP-227) kept at most; when full, a new one evicts a "
+        "stale or smaller session, else the fetch is answered without a session.",
+        validator=at_least(0), group="Log")
     log_segment_bytes: int = setting(
         "log.segment.bytes", 1073741824, "Roll a segment when it reaches this size.",
         validator=at_least(14), group="Log")

@@ -88,9 +88,12 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
                   [("entity_type", "entity_type"), ("entity_name", "entity_name")]))],
     61: [(0, 99, ("topics", "topics", [("name", "name")])),
          (0, 99, ("topics.partition_indexes", "topics.partitions", [("=", "partition_index")]))],
+    75: [(0, 99, ("topics", "topics", [("name", "name")]))],
 }
 #: Response arrays Kafka leaves empty even though the request has entries to echo.
 EMPTY: dict[int, list[tuple[int, int, str]]] = {
+    1: [(13, 99, "responses")],  # Fetch v13+: the top-level error only
+    75: [(0, 99, "topics.partitions")],  # DescribeTopicPartitions: no partitions
     9: [(2, 7, "topics"), (8, 99, "groups.topics")],  # OffsetFetch: top-level / group error only
     11: [(0, 99, "members")],  # JoinGroup
     13: [(0, 99, "members")],  # LeaveGroup: the top-level error only
@@ -181,7 +184,8 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
-    with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49}
+    with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49,
+                   75}
     no_arrays = {12, 14, 16, 18, 22, 48, 60}  # nothing to echo (48: entries are null)
     assert set(supported_versions()) == with_arrays | no_arrays
 

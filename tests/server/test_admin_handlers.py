@@ -144,7 +144,7 @@ async def test_metadata_uses_the_requests_listener(tmp_path: Path) -> None:
 
 
 def test_metadata_versions_are_registered() -> None:
-    assert supported_versions()[METADATA] == (0, 12)
+    assert supported_versions()[METADATA] == (0, 13)
 
 
 
@@ -357,7 +357,7 @@ async def test_create_topics_validate_only(storage_broker: Broker) -> None:
         ErrorCode.invalid_partitions
 
 
-@pytest.mark.parametrize("version", [0, 4, 9, 12])
+@pytest.mark.parametrize("version", [0, 4, 9, 12, 13])
 async def test_metadata_auto_creates(storage_broker: Broker, version: int) -> None:
     answer = await call(storage_broker, METADATA, version, metadata_request(version, ["auto"]))
     (topic,) = answer.topics

@@ -96,7 +96,7 @@ def produce_body(version: int, records: dict[tuple[str, int], bytes | None], ack
 
 def fetch_body(version: int, wants: dict[tuple[str, int], int], *, min_bytes: int = 1,
                max_wait_ms: int = 0, max_bytes: int = 1 << 20, partition_max: int = 1 << 20,
-               session_id: int = 0) -> Any:
+               session_id: int = 0, session_epoch: int = -1) -> Any:
     m = mod(FETCH, version)
     topics: dict[str, list[Any]] = {}
     for (topic, partition), offset in wants.items():
@@ -108,7 +108,7 @@ def fetch_body(version: int, wants: dict[tuple[str, int], int], *, min_bytes: in
         topics=tuple(m.FetchTopic(topic=n, partitions=tuple(p)) for n, p in topics.items()),
         forgotten_topics_data=(), max_bytes=max_bytes, isolation_level=0)
     if version >= 7:
-        fields.update(session_id=session_id, session_epoch=-1)
+        fields.update(session_id=session_id, session_epoch=session_epoch)
     names = {f for f in m.FetchRequest.__dataclass_fields__}
     return m.FetchRequest(**{k: v for k, v in fields.items() if k in names})
 
@@ -168,8 +168,10 @@ async def test_fetch_errors_and_sessions(broker: Broker) -> None:
     got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 5, ("x", 0): 0}))
     codes = [p.error_code for t in got.responses for p in t.partitions]
     assert codes == [ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition]
-    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 0}, session_id=77))
-    assert got.error_code is ErrorCode.fetch_session_id_not_found
+    # an incremental fetch (epoch > 0) of a session that does not exist
+    got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 0}, session_id=77,
+                                                   session_epoch=1))
+    assert got.error_code is ErrorCode.fetch_session_id_not_found and got.responses == ()
 
 
 async def test_fetch_max_bytes_returns_whole_batches(broker: Broker) -> None:

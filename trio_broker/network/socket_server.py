@@ -22,6 +22,9 @@ from .request_channel import Request, RequestChannel
 
 #: Kafka's control-plane request channel capacity (SocketServer).
 CONTROL_PLANE_QUEUE_SIZE = 20
+#: Fetch, from the version that carries a fetch session (KIP-227): its request line names it.
+FETCH_KEY = 1
+FETCH_SESSION_VERSION = 7
 
 
 @attrs.frozen
@@ -167,6 +170,12 @@ class SocketServer:
         self.metrics.observe_request(api, decoded.api_version, timings, slot.error, request.size)
         info = request.connection
         action = "dropped" if dropped else (slot.action.value if slot.action else "none")
+        extra: dict[str, int] = {}
+        body = decoded.body
+        if (decoded.api_key == FETCH_KEY and decoded.api_version >= FETCH_SESSION_VERSION
+                and hasattr(body, "session_epoch")):
+            extra = {"fetch_session_id": int(body.session_id),
+                     "fetch_session_epoch": int(body.session_epoch)}
         emit(
             "request",
             api=api, api_key=decoded.api_key, api_version=decoded.api_version,
@@ -175,7 +184,7 @@ class SocketServer:
             client_software_version=info.client_software_version,
             principal=info.principal, request_bytes=request.size,
             response_bytes=len(slot.payload), error=slot.error, response_action=action,
-            **timings,
+            **timings, **extra,
         )
 
 

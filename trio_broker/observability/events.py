@@ -82,6 +82,10 @@ REQUEST_FIELDS: Mapping[str, str] = {
     "response_queue_ms": DOUBLE,
     "send_ms": DOUBLE,
     "total_ms": DOUBLE,
+    # Fetch v7+ only: the incremental fetch session (KIP-227) the request names; 0 and -1
+    # (no session, closing) for clients that do not use sessions.
+    "fetch_session_id": LONG,
+    "fetch_session_epoch": LONG,
 }
 
 

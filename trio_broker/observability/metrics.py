@@ -125,6 +125,10 @@ class BrokerMetrics:
         """Serve the per-client quota metrics of ``managers`` (a ``QuotaManagers``)."""
         self.registry.register(_QuotaCollector(managers))
 
+    def watch_fetch_sessions(self, cache: Any) -> None:
+        """Serve Kafka's FetchSessionCache metrics from ``cache`` (a ``FetchSessionCache``)."""
+        self.registry.register(_FetchSessionCollector(cache))
+
     def read_idle_ratio(self) -> float:
         return self.idle.idle_ratio()
 
@@ -311,6 +315,30 @@ class _LogSizeCollector:
                 if log is not None:
                     family.add_metric([topic, str(partition)], log.size_bytes)
         yield family
+
+
+class _FetchSessionCollector:
+    """``kafka.server:type=FetchSessionCache``: NumIncrementalFetchSessions,
+    NumIncrementalFetchPartitionsCached and IncrementalFetchSessionEvictionsPerSec (a counter
+    here), read at scrape time."""
+
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        cache = self._cache
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_num_incremental_fetch_sessions",
+                                "Incremental fetch sessions (KIP-227) in the cache",
+                                value=len(cache))
+        yield GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_num_incremental_fetch_partitions_cached",
+            "Partitions over all incremental fetch sessions", value=cache.num_partitions)
+        yield CounterMetricFamily(
+            "kafka_server_fetchsessioncache_incremental_fetch_session_evictions",
+            "Fetch sessions evicted to make room for new ones", value=cache.evictions)
 
 
 #: Per quota type: Kafka's metric group and the name of its quota metric (``byte-rate``, ...).

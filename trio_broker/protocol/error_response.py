@@ -85,7 +85,9 @@ _NONE = _Override()
 #: ``{api_key: [(min_version, max_version, override)]}``, checked against Kafka's request classes.
 _OVERRIDES: dict[int, list[tuple[int, int, _Override]]] = {
     # FetchRequest: the session id is echoed.
-    1: [(0, 12, _Override(copied=("session_id",)))],
+    1: [(0, 12, _Override(copied=("session_id",))),
+        # v13+: the top-level error only ("the client can handle a top level error code").
+        (13, 99, _Override(copied=("session_id",), not_mirrored=frozenset({"responses"})))],
     # MetadataRequest: a topic asked for by id gets the name "" ("the response does not allow
     # null").
     3: [(0, 99, _Override(instead_of_null={"topics.name": ""}))],

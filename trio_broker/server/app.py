@@ -118,6 +118,7 @@ class BrokerApp:
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics)
+        self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)
         server = self.socket_server

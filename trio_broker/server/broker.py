@@ -9,6 +9,7 @@ from ..coordinator import GroupCoordinator
 from ..observability.metrics import BrokerTopicMetrics
 from ..storage.manager import LogManager
 from .client_quotas import ClientQuotas
+from .fetch_session import FetchSessionCache
 from .purgatory import Purgatory
 
 
@@ -36,6 +37,10 @@ class Broker:
     purgatory: Purgatory = attrs.field(factory=Purgatory)
     #: Kafka's BrokerTopicMetrics, counted by the produce and fetch handlers.
     topic_metrics: BrokerTopicMetrics = attrs.field(factory=BrokerTopicMetrics)
+    #: Incremental fetch sessions (KIP-227), shared by all connections as in Kafka.
+    fetch_sessions: FetchSessionCache = attrs.field(default=attrs.Factory(
+        lambda self: FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots),
+        takes_self=True))
 
     @property
     def node_id(self) -> int:

@@ -5,20 +5,33 @@ handler returns ``ctx.park(wait)`` and is free at once, and ``wait`` runs in the
 under ``purgatory.delay(max_wait)``, woken by appends to the partitions it reads; at shutdown the
 purgatory ends the wait at once and the fetch answers with what it has.
 
-Fetch sessions (KIP-227) are declined, as the protocol allows: every answer carries session id
-0, so clients keep sending full fetch requests. A request for an incremental session we never
-created gets FETCH_SESSION_ID_NOT_FOUND.
+Fetch sessions (KIP-227): the request/response rules live in :mod:`..fetch_session` (sans-IO);
+this handler parses the request into its partitions, reads what the session context says (for an
+incremental fetch: every partition of the session), and answers the partitions the context keeps.
+A parked fetch reads the whole session each time it wakes; the session is updated only when the
+answer is built. From v13 topics are named by id (KIP-516); an unknown id is UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_body
+from ...storage.log import LEADER_EPOCH
 from ..context import RequestContext
+from ..fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    ZERO_UUID,
+    ContextKind,
+    FetchPartition,
+    Outcome,
+    PartitionKey,
+)
 from ..quota_manager import FETCH as FETCH_QUOTA
 from ..quota_manager import REQUEST, QuotaManagers
 from ..registry import api_handler
@@ -26,8 +39,12 @@ from ._admin import build, error_of, response_module, throttle
 
 FETCH = 1
 MIN_VERSION = 4
-MAX_VERSION = 12
+MAX_VERSION = 17
 READ_COMMITTED = 1
+#: From this version topics are named by id (KIP-516).
+TOPIC_ID_VERSION = 13
+#: A partition's current leader epoch the client does not know (no fencing check).
+NO_EPOCH = -1
 
 
 #: Errors Kafka's ``ReplicaManager.readFromLocalLog`` treats as expected: answered, but not
@@ -40,79 +57,137 @@ _EXPECTED_FETCH_ERRORS = frozenset({
 })
 
 
-def _count_requests(ctx: RequestContext, topics: Any) -> None:
+def _count_requests(ctx: RequestContext, read: Any) -> None:
     """TotalFetchRequestsPerSec and FailedFetchRequestsPerSec, once per topic-partition of the
     request's first read (Kafka counts in ``readFromLocalLog``), for the topic and all topics.
     Topics this broker does not host are not counted, so a client's typo makes no series."""
     stats = ctx.broker.topic_metrics
     every = stats.all_topics
     hosted = ctx.broker.log_manager.topics if ctx.broker.log_manager is not None else {}
-    for topic in topics:
-        if topic.topic not in hosted:
+    for request, part in read:
+        if request.name not in hosted:
             continue
-        counts = stats.topic(topic.topic)
-        for part in topic.partitions:
-            counts.total_fetch_requests += 1
-            every.total_fetch_requests += 1
-            if (part.error_code is not ErrorCode.none
-                    and part.error_code not in _EXPECTED_FETCH_ERRORS):
-                counts.failed_fetch_requests += 1
-                every.failed_fetch_requests += 1
+        counts = stats.topic(request.name)
+        counts.total_fetch_requests += 1
+        every.total_fetch_requests += 1
+        if (part.error_code is not ErrorCode.none
+                and part.error_code not in _EXPECTED_FETCH_ERRORS):
+            counts.failed_fetch_requests += 1
+            every.failed_fetch_requests += 1
 
 
-def _count_bytes_out(ctx: RequestContext, topics: Any) -> None:
+def _count_bytes_out(ctx: RequestContext, read: Any) -> None:
     """BytesOutPerSec: the record bytes of a response that is sent, per topic and all topics."""
     stats = ctx.broker.topic_metrics
-    for topic in topics:
-        size = sum(len(part.records or b"") for part in topic.partitions)
-        if size:
-            stats.topic(topic.topic).bytes_out += size
+    for request, part in read:
+        size = len(part.records or b"")
+        if size and request.name is not None:
+            stats.topic(request.name).bytes_out += size
             stats.all_topics.bytes_out += size
 
 
-def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int
-              ) -> tuple[Any, int, bool]:
-    """Read every requested partition now: ``(topic responses, bytes, any error)``."""
+def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], list[PartitionKey]]:
+    """The request's partitions and forgotten partitions, keyed as the session cache keys them:
+    by topic id from v13 (KIP-516; an id this broker does not know has no name), else by name."""
+    by_id = ctx.api_version >= TOPIC_ID_VERSION
+    names: dict[uuid.UUID, str] = {}
+    if by_id and ctx.broker.log_manager is not None:
+        names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics.items()}
+    partitions = []
+    for topic in body.topics:
+        if by_id:
+            # kio reads the zero id as None; Kafka looks it up like any other (unknown) id
+            topic_id = topic.topic_id or ZERO_UUID
+            name, key_name = names.get(topic_id), ""
+        else:
+            topic_id, name, key_name = ZERO_UUID, topic.topic, topic.topic
+        for part in topic.partitions:
+            partitions.append(FetchPartition(
+                PartitionKey(topic_id, key_name, int(part.partition)), name,
+                int(part.fetch_offset), int(part.partition_max_bytes),
+                int(getattr(part, "log_start_offset", -1)),
+                int(getattr(part, "current_leader_epoch", -1)),
+                int(getattr(part, "last_fetched_epoch", -1))))
+    forgotten = [
+        PartitionKey(item.topic_id or ZERO_UUID, "", int(p)) if by_id
+        else PartitionKey(ZERO_UUID, item.topic, int(p))
+        for item in getattr(body, "forgotten_topics_data", ()) for p in item.partitions]
+    return partitions, forgotten
+
+
+def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
+              reads: list[FetchPartition]) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
+    """Read every partition of ``reads`` now: ``(request and PartitionData of each, bytes,
+    any error)``."""
     lm = ctx.broker.log_manager
     remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
     aborted: tuple[Any, ...] | None = () if read_committed else None
     total = 0
     errors = False
-    topics = []
-    for topic in body.topics:
-        partitions = []
-        for part in topic.partitions:
-            index = int(part.partition)
-            code = ErrorCode.none
-            records = b""
-            hw = lso = start = -1
-            log = lm.get_partition(topic.topic, index) if lm is not None else None
-            if log is None:
-                code = ErrorCode.unknown_topic_or_partition
+    read = []
+    for part in reads:
+        index = part.key.partition
+        code = ErrorCode.none
+        records = b""
+        hw = lso = start = -1
+        log = (lm.get_partition(part.name, index)
+               if lm is not None and part.name is not None else None)
+        if part.name is None:
+            code = ErrorCode.unknown_topic_id
+        elif log is None:
+            code = ErrorCode.unknown_topic_or_partition
+        elif part.current_leader_epoch != NO_EPOCH and part.current_leader_epoch < LEADER_EPOCH:
+            # Kafka's checkCurrentLeaderEpoch: an older epoch is fenced, a newer one unknown.
+            code = ErrorCode.fenced_leader_epoch
+        elif part.current_leader_epoch > LEADER_EPOCH:
+            code = ErrorCode.unknown_leader_epoch
+        else:
+            hw, start = log.high_watermark, log.log_start_offset
+            lso = hw
+            try:
+                result = log.read(part.fetch_offset,
+                                  max(0, min(part.partition_max_bytes, remaining)),
+                                  min_one_batch=total == 0)
+            except Exception as exc:  # OFFSET_OUT_OF_RANGE and storage failures
+                code, _ = error_of(exc)
             else:
-                hw, start = log.high_watermark, log.log_start_offset
-                lso = hw
-                try:
-                    result = log.read(int(part.fetch_offset),
-                                      max(0, min(int(part.partition_max_bytes), remaining)),
-                                      min_one_batch=total == 0)
-                except Exception as exc:  # OFFSET_OUT_OF_RANGE and storage failures
-                    code, _ = error_of(exc)
-                else:
-                    records = result.records
-                    hw, start, lso = (result.high_watermark, result.log_start_offset,
-                                      result.last_stable_offset)
-                    total += len(records)
-                    remaining -= len(records)
-            errors = errors or code is not ErrorCode.none
-            partitions.append(build(
-                module.PartitionData, partition_index=index, error_code=code,
-                high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
-                aborted_transactions=aborted, preferred_read_replica=-1, records=records))
-        topics.append(build(module.FetchableTopicResponse, topic=topic.topic,
-                            partitions=tuple(partitions)))
-    return tuple(topics), total, errors
+                records = result.records
+                hw, start, lso = (result.high_watermark, result.log_start_offset,
+                                  result.last_stable_offset)
+                total += len(records)
+                remaining -= len(records)
+        errors = errors or code is not ErrorCode.none
+        read.append((part, build(
+            module.PartitionData, partition_index=index, error_code=code,
+            high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
+            aborted_transactions=aborted, preferred_read_replica=-1, records=records)))
+    return read, total, errors
+
+
+def _outcome(part: Any) -> Outcome:
+    return Outcome(len(part.records or b""), int(part.high_watermark),
+                   int(getattr(part, "log_start_offset", -1)),
+                   part.error_code is not ErrorCode.none)
+
+
+def _topics(module: Any, read: list[tuple[FetchPartition, Any]]) -> tuple[Any, ...]:
+    """Group partitions into topic responses, consecutive partitions of a topic together (as
+    Kafka's ``FetchResponse.of`` does); by topic id from v13, else by name."""
+    topics = []
+    current: PartitionKey | None = None
+    group: list[Any] = []
+    for request, part in read:
+        if current is None or (request.key.topic_id, request.key.topic) != (
+                current.topic_id, current.topic):
+            if current is not None:
+                topics.append((current, group))
+            current, group = request.key, []
+        group.append(part)
+    if current is not None:
+        topics.append((current, group))
+    return tuple(build(module.FetchableTopicResponse, topic=key.topic, topic_id=key.topic_id,
+                       partitions=tuple(parts)) for key, parts in topics)
 
 
 @api_handler(FETCH, MIN_VERSION, MAX_VERSION, inline=True)
@@ -120,55 +195,87 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     """Answer at once when min_bytes is met, a partition failed, or max_wait is 0; else park."""
     module = response_module(FETCH, ctx.api_version)
     quotas = ctx.broker.client_quotas
+    cache = ctx.broker.fetch_sessions
+    requested, forgotten = _requested(ctx, body)
+    # Before v7 there is no session: Kafka's FetchMetadata.LEGACY (id 0, final epoch).
+    fetch_context = cache.new_context(
+        ctx.api_version, int(getattr(body, "session_id", 0)),
+        int(getattr(body, "session_epoch", FINAL_EPOCH)), requested, forgotten, _now_ms())
 
-    def respond(topics: Any, code: ErrorCode = ErrorCode.none) -> Any:
-        response = build(module.FetchResponse, throttle_time=throttle(ctx), error_code=code,
-                         session_id=0, responses=topics)
-        if quotas is not None and _throttled(ctx, quotas.managers, response):
-            # Kafka answers a throttled fetch with no data (the bytes stay unread and are
-            # not charged), so the client backs off and fetches them after the throttle.
-            response = build(module.FetchResponse, throttle_time=throttle(ctx),
-                             error_code=ErrorCode.none, session_id=0, responses=())
-        _count_bytes_out(ctx, response.responses)
+    def answer(read: list[tuple[FetchPartition, Any]], *, commit: bool) -> tuple[Any, Any]:
+        """``(response, partitions in it)``: what the session context keeps of ``read``."""
+        if fetch_context.kind is ContextKind.SESSIONLESS:
+            sent, session_id = read, INVALID_SESSION_ID
+        else:
+            outcomes = [_outcome(part) for _, part in read]
+            session_id, keep = fetch_context.response(outcomes, _now_ms(), commit=commit)
+            sent = [item for item, kept in zip(read, keep, strict=True) if kept]
+        return build(module.FetchResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.none, session_id=session_id,
+                     responses=_topics(module, sent)), sent
+
+    def respond(read: list[tuple[FetchPartition, Any]]) -> Any:
+        # Kafka sizes the answer without touching the session (getResponseSize), then answers a
+        # throttled fetch with no data (the bytes stay unread and are not charged), so the
+        # client backs off and fetches them after the throttle.
+        if (quotas is not None and _quotas_on(quotas.managers)
+                and _throttled(ctx, quotas.managers, answer(read, commit=False)[0])):
+            error, session_id = fetch_context.throttled()
+            return build(module.FetchResponse, throttle_time=throttle(ctx),
+                         error_code=ErrorCode[error] if error else ErrorCode.none,
+                         session_id=session_id, responses=())
+        response, sent = answer(read, commit=True)
+        _count_bytes_out(ctx, sent)
         return response
 
-    session_id = int(getattr(body, "session_id", 0))
-    if session_id != 0:
-        return respond((), ErrorCode.fetch_session_id_not_found)
+    if fetch_context.error is not None:
+        return build(module.FetchResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode[fetch_context.error], session_id=INVALID_SESSION_ID,
+                     responses=())
+    reads = fetch_context.partitions
     max_bytes = int(body.max_bytes)
     if quotas is not None:
         # Kafka caps a consumer's fetch at what its quota allows in num - 1 windows: asking for
         # more would be throttled for sure, and the consumer might never make progress.
         window_bytes = quotas.managers.fetch.max_value_in_window(ctx.user, ctx.client_id)
         max_bytes = int(min(max_bytes, window_bytes))
-    topics, total, errors = _read_all(ctx, body, module, max_bytes)
-    _count_requests(ctx, topics)
+    read, total, errors = _read_all(ctx, body, module, max_bytes, reads)
+    _count_requests(ctx, read)
     min_bytes = min(int(body.min_bytes), max_bytes)
     max_wait_s = body.max_wait.total_seconds()
-    if total >= min_bytes or errors or max_wait_s <= 0 or not body.topics:
-        return respond(topics)
+    if total >= min_bytes or errors or max_wait_s <= 0 or not reads:
+        return respond(read)
     lm = ctx.broker.log_manager
     purgatory = ctx.broker.purgatory
-    keys = [(t.topic, int(p.partition)) for t in body.topics for p in t.partitions]
+    keys = [(p.name, p.key.partition) for p in reads if p.name is not None]
 
     async def wait() -> Any:
-        nonlocal topics
+        nonlocal read
         # Ends at max_wait, or at once when the broker shuts down (DelayedFetch.forceComplete).
         with purgatory.delay(max_wait_s):
             while True:
                 await lm.wait_for_data(keys)
-                topics, got, failed = _read_all(ctx, body, module, max_bytes)
+                read, got, failed = _read_all(ctx, body, module, max_bytes, reads)
                 if got >= min_bytes or failed:
-                    return respond(topics)
-        return respond(_read_all(ctx, body, module, max_bytes)[0])
+                    return respond(read)
+        return respond(_read_all(ctx, body, module, max_bytes, reads)[0])
 
     return ctx.park(wait)
+
+
+def _now_ms() -> int:
+    """The session cache's clock: trio's (the autojump clock in tests), in milliseconds."""
+    return int(trio.current_time() * 1000)
+
+
+def _quotas_on(managers: QuotaManagers) -> bool:
+    return bool(managers.request.enabled or managers.fetch.enabled)
 
 
 def _throttled(ctx: RequestContext, managers: QuotaManagers, response: Any) -> bool:
     """Kafka's fetch quotas: the request time and the response's size are charged; when
     either quota throttles, the size is taken back and True is returned."""
-    if not (managers.request.enabled or managers.fetch.enabled):
+    if not _quotas_on(managers):
         return False
     request_ms = managers.record_request_time(ctx)
     fetch_ms = 0

@@ -13,9 +13,18 @@ from ._admin import build, error_of, response_module, throttle
 
 LIST_OFFSETS = 2
 MIN_VERSION = 1
-MAX_VERSION = 7
+MAX_VERSION = 11
 LATEST = -1
+EARLIEST = -2
 MAX_TIMESTAMP = -3
+#: KIP-405: the first offset still on local disk (all of the log here: no tiered storage).
+EARLIEST_LOCAL = -4
+#: KIP-1005 / KIP-1023: offsets in remote storage; without it Kafka answers offset -1.
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+#: The most negative special timestamp each version may ask for (ListOffsetsRequest).
+_LOWEST_SPECIAL = {7: MAX_TIMESTAMP, 8: EARLIEST_LOCAL, 9: LATEST_TIERED, 10: LATEST_TIERED,
+                   11: EARLIEST_PENDING_UPLOAD}
 
 
 @api_handler(LIST_OFFSETS, MIN_VERSION, MAX_VERSION, inline=True)
@@ -42,11 +51,14 @@ async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
                 code = ErrorCode.unknown_topic_or_partition
             elif current_epoch > LEADER_EPOCH:
                 code = ErrorCode.unknown_leader_epoch
-            elif timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or timestamp < MAX_TIMESTAMP:
+            elif timestamp < _LOWEST_SPECIAL.get(ctx.api_version, EARLIEST):
                 code = ErrorCode.unsupported_version
+            elif timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+                pass  # no remote storage: offset -1 and no epoch, as Kafka without tiering
             else:
                 try:
-                    offset, found_ts = lm.list_offset(topic.name, index, timestamp)
+                    offset, found_ts = lm.list_offset(
+                        topic.name, index, EARLIEST if timestamp == EARLIEST_LOCAL else timestamp)
                 except Exception as exc:
                     code, _ = error_of(exc)
             partitions.append(build(

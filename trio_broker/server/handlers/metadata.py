@@ -32,7 +32,7 @@ from ._admin import (
 
 METADATA = 3
 MIN_VERSION = 0
-MAX_VERSION = 12
+MAX_VERSION = 13
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -166,6 +166,8 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
     with_cluster_ops = bool(getattr(body, "include_cluster_authorized_operations", False))
     return build(
         module.MetadataResponse,
+        # v13 (KIP-1102): a top-level error for rebootstrapping clients; none on one node.
+        error_code=ErrorCode.none,
         throttle_time=datetime.timedelta(milliseconds=ctx.throttle_ms),
         brokers=broker_entries(ctx, module),
         cluster_id=ctx.broker.cluster_id,

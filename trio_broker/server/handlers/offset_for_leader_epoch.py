@@ -16,6 +16,8 @@ from ._admin import build, response_module, throttle
 OFFSET_FOR_LEADER_EPOCH = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
+#: "No epoch" in a request (Kafka's RecordBatch.NO_PARTITION_LEADER_EPOCH).
+NO_EPOCH = -1
 
 
 @api_handler(OFFSET_FOR_LEADER_EPOCH, MIN_VERSION, MAX_VERSION)
@@ -35,9 +37,17 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, body: Any) -> Any:
                 code = ErrorCode.unknown_topic_or_partition
             elif current > LEADER_EPOCH:
                 code = ErrorCode.unknown_leader_epoch
+            elif current != NO_EPOCH and current < LEADER_EPOCH:
+                # Kafka's checkCurrentLeaderEpoch: an epoch older than the leader's is fenced.
+                code = ErrorCode.fenced_leader_epoch
             elif requested == LEADER_EPOCH:
                 epoch, end = LEADER_EPOCH, log.log_end_offset
-            # Any other epoch is unknown here: Kafka answers UNDEFINED_EPOCH_OFFSET (-1, -1).
+            elif NO_EPOCH != requested < LEADER_EPOCH:
+                # Below the first epoch: Kafka's LeaderEpochFileCache answers the requested
+                # epoch and the first epoch's start offset, which truncation from the start
+                # (DeleteRecords, retention) moves to the log start offset.
+                epoch, end = requested, log.log_start_offset
+            # A newer epoch (or -1) is unknown: Kafka answers UNDEFINED_EPOCH_OFFSET (-1, -1).
             partitions.append(build(module.EpochEndOffset, error_code=code, partition=index,
                                     leader_epoch=epoch, end_offset=end))
         topics.append(build(module.OffsetForLeaderTopicResult, topic=topic.topic,

@@ -19,7 +19,7 @@ from ._admin import build, error_of, is_internal_topic, response_module, throttl
 
 PRODUCE = 0
 MIN_VERSION = 3
-MAX_VERSION = 9
+MAX_VERSION = 12
 
 
 def _append_time(ms: int) -> datetime.datetime | None:
