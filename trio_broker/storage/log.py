@@ -20,6 +20,7 @@ import trio
 from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
+from .cleaner import batch_has_keyless_record, recover_swaps
 from .errors import (
     BATCH_ERRORS,
     CorruptMessage,
@@ -31,7 +32,6 @@ from .errors import (
     RecordListTooLarge,
     StorageError,
 )
-from .cleaner import batch_has_keyless_record, recover_swaps
 from .producer_state import ProducerStateManager
 from .segment import Segment
 from .topic_config import LogConfig

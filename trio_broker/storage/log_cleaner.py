@@ -222,7 +222,7 @@ class LogCleaner:
         replaced = installed = 0
         bytes_before = bytes_after = 0
         for group in group_segments(to_clean, plan.segment_bytes):
-            path = await trio.to_thread.run_sync(clean_group, plan, group, offset_map, stats)
+            await trio.to_thread.run_sync(clean_group, plan, group, offset_map, stats)
             old = [objects[s.base_offset] for s in group]
             if self.manager.get_partition(log.topic, log.partition) is not log \
                     or not log.has_segments(old):
