@@ -515,6 +515,10 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = setting(
         "offsets.topic.num.partitions", 50, "Partitions of the internal __consumer_offsets log.",
         validator=at_least(1), group="Groups")
+    offsets_topic_segment_bytes: int = setting(
+        "offsets.topic.segment.bytes", 104857600,
+        "segment.bytes of __consumer_offsets (its closed segments are compacted).",
+        validator=at_least(14), group="Groups")
     offset_metadata_max_bytes: int = setting(
         "offset.metadata.max.bytes", 4096, "Largest metadata string of a committed offset.",
         validator=at_least(0), group="Groups")

@@ -75,8 +75,8 @@ TopicPartition = tuple[str, int]
 
 #: Topic configs of ``__consumer_offsets``, as Kafka creates it: compacted (the newest record
 #: per group and per committed partition survives; tombstones go after delete.retention.ms),
-#: with Kafka's segment size for it.
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+#: with ``offsets.topic.segment.bytes`` as its segment size.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 
 
 @attrs.frozen
@@ -349,7 +349,9 @@ class GroupCoordinator:
     def _ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.log_manager.topics:
             self.log_manager.create_topic(OFFSETS_TOPIC, self._num_partitions,
-                                          OFFSETS_TOPIC_CONFIGS, internal=True)
+                                          {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(
+                                              self.config.offsets_topic_segment_bytes)},
+                                          internal=True)
 
     async def _writer(self) -> None:
         async for item in self._write_receive:
