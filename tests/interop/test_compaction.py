@@ -9,7 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from trio_broker.storage.cleaner import FAULT_ENV
