@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from trio_broker.config import load_config
+from trio_broker.observability.metrics import BrokerMetrics
 from trio_broker.protocol import records as rb
 from trio_broker.storage import LogManager
 from trio_broker.storage import cleaner as cl
@@ -362,6 +363,12 @@ async def test_the_cleaner_task_cleans_in_the_background(
     assert read_all(lm, "b") == expected(latest_b, tombstones=True)
     stats = lm.cleaner.stats
     assert 0 < stats.recopy_percent < 100
+    metrics = BrokerMetrics()
+    metrics.watch_logs(lm)
+    text = metrics.exposition().decode()
+    assert f"kafka_log_logcleaner_cleaner_recopy_percent {int(stats.recopy_percent)}.0" in text
+    assert "kafka_log_logcleaner_max_clean_time_secs 0.0" in text  # whole seconds, as Kafka
+    assert "kafka_log_logcleanermanager_max_dirty_percent 0.0" in text  # all clean now
     lm.close()
     # the checkpoint persists: after a restart nothing is dirty
     lm = make(tmp_path)
