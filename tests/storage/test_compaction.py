@@ -395,3 +395,16 @@ def test_cleanup_policy_configs(tmp_path: Path) -> None:
     with pytest.raises(se.InvalidConfig):
         lm.create_topic("bad", 1, {"cleanup.policy": "shred"})
     lm.close()
+
+
+def test_an_offsets_topic_from_before_compaction_is_switched_to_it(tmp_path: Path) -> None:
+    from trio_broker.coordinator import GroupCoordinator
+
+    lm = make(tmp_path)
+    lm.create_topic("__consumer_offsets", 1, {"retention.ms": "-1", "retention.bytes": "-1",
+                                              "segment.bytes": "104857600"}, internal=True)
+    GroupCoordinator(lm.config, lm).load()
+    configs = lm.topics["__consumer_offsets"].configs
+    assert configs == {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+    assert lm.get_partition("__consumer_offsets", 0).config.compact  # type: ignore[union-attr]
+    lm.close()
