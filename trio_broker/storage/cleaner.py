@@ -158,24 +158,43 @@ class RecordSpan:
 
 
 def iter_records(payload: bytes | memoryview, count: int) -> Iterator[RecordSpan]:
-    """Every record of a records payload, reading only lengths, deltas, key and value length."""
+    """Every record of a records payload, reading only lengths, deltas, key and value length.
+
+    One-byte varints (the common case for small records) are decoded inline."""
     at = 0
+    size = len(payload)
     try:
         for _ in range(count):
             start = at
-            length, at = _varint(payload, at)
+            byte = payload[at]
+            if byte < 0x80:
+                length, at = (byte >> 1) ^ -(byte & 1), at + 1
+            else:
+                length, at = _varint(payload, at)
             end = at + length
-            if length < 0 or end > len(payload):
+            if length < 0 or end > size:
                 raise rb.RecordBatchError("corrupt_message", "record runs past the batch")
-            ts_delta, after_ts = _varint(payload, at + 1)
-            offset_delta, at = _varint(payload, after_ts)
-            key_length, at = _varint(payload, at)
+            byte = payload[at + 1]
+            if byte < 0x80:
+                ts_delta, after_ts = (byte >> 1) ^ -(byte & 1), at + 2
+            else:
+                ts_delta, after_ts = _varint(payload, at + 1)
+            byte = payload[after_ts]
+            if byte < 0x80:
+                offset_delta, at = (byte >> 1) ^ -(byte & 1), after_ts + 1
+            else:
+                offset_delta, at = _varint(payload, after_ts)
+            byte = payload[at]
+            if byte < 0x80:
+                key_length, at = (byte >> 1) ^ -(byte & 1), at + 1
+            else:
+                key_length, at = _varint(payload, at)
             key = None
             if key_length >= 0:
                 key = bytes(payload[at:at + key_length])
                 at += key_length
-            value_length, at = _varint(payload, at)
-            yield RecordSpan(start, end, ts_delta, after_ts, offset_delta, key, value_length < 0)
+            yield RecordSpan(start, end, ts_delta, after_ts, offset_delta, key,
+                             payload[at] == 1)  # value length -1 is the one-byte varint 1
             at = end
     except IndexError:
         raise rb.RecordBatchError("corrupt_message", "record runs past the batch") from None

@@ -188,8 +188,10 @@ class LogCleaner:
         except (CleanerError, OSError) as exc:
             if isinstance(exc, CleanerError):
                 self.uncleanable.add(key)  # Kafka's markPartitionUncleanable
-            emit("log_cleaning_failed", topic=log.topic, partition=log.partition,
-                 error=str(exc))
+            if self.manager.get_partition(*key) is log:
+                emit("log_cleaning_failed", topic=log.topic, partition=log.partition,
+                     error=str(exc))
+            # else the topic was deleted under the copy: nothing failed that still exists
         finally:
             self.in_progress.discard(key)
         return True
