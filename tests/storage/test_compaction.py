@@ -66,10 +66,10 @@ async def produce(lm: LogManager, topic: str, count: int, keys: int, *,
 
 
 def all_batches(lm: LogManager, topic: str) -> list[bytes]:
-    """Every batch from offset 0, fetching from each next offset (gaps included)."""
+    """Every batch from the log start, fetching from each next offset (gaps included)."""
     log = lm.get_partition(topic, 0)
     assert log is not None
-    offset, found = 0, []
+    offset, found = log.log_start_offset, []
     while offset < log.log_end_offset:
         data = lm.read(topic, 0, offset, 1 << 16).records
         assert data, f"no batch at or after {offset}"
@@ -414,4 +414,30 @@ def test_an_offsets_topic_from_before_compaction_is_switched_to_it(tmp_path: Pat
     configs = lm.topics["__consumer_offsets"].configs
     assert configs == {"cleanup.policy": "compact", "segment.bytes": "104857600"}
     assert lm.get_partition("__consumer_offsets", 0).config.compact  # type: ignore[union-attr]
+    lm.close()
+
+
+async def test_a_copy_overtaken_by_delete_records_is_discarded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("x", 1, {**COMPACT, "cleanup.policy": "compact,delete"})
+    await produce(lm, "x", 300, 10)
+    log = lm.get_partition("x", 0)
+    assert log is not None
+    log.roll()
+    cut = log.segments[2].base_offset
+    real = cl.clean_group
+
+    def copy_then_delete(*args: Any) -> Path:
+        path = real(*args)
+        log.delete_records_before(cut)  # runs "meanwhile": the first segments go
+        return path
+
+    monkeypatch.setattr("trio_broker.storage.log_cleaner.clean_group", copy_then_delete)
+    before = read_all(lm, "x")
+    assert await lm.cleaner.clean_once()
+    assert not log_events.events("log_cleaned")
+    assert not [p for p in (tmp_path / "x-0").iterdir() if p.name.endswith(".cleaned")]
+    assert read_all(lm, "x") == [r for r in before if r[0] >= cut]
+    assert ("x", 0) not in lm.cleaner.checkpoints
     lm.close()
