@@ -532,11 +532,9 @@ class PartitionLog:
         """Put ``new`` (a cleaned segment) in place of the adjacent segments ``old``; False
         (nothing changed) if they are no longer all there, in order (retention or deletion
         got there first)."""
-        if not old or old[0] not in self.segments:
+        if not self.has_segments(old):
             return False
         start = self.segments.index(old[0])
-        if self.segments[start:start + len(old)] != old or start + len(old) >= len(self.segments):
-            return False
         self.segments[start:start + len(old)] = [new]
         self._bases = [s.base_offset for s in self.segments]
         return True
