@@ -288,7 +288,7 @@ async def test_the_offset_map_is_bounded_by_the_dedupe_buffer(
     lm.create_topic("u", 1, {**COMPACT, "segment.bytes": "100000"})
     await produce(lm, "u", 100, 100)
     lm.get_partition("u", 0).roll()  # type: ignore[union-attr]
-    assert await lm.cleaner.clean_once()
+    assert not await lm.cleaner.clean_once()
     assert log_events.events("log_cleaning_failed", topic="u")
     assert ("u", 0) in lm.cleaner.uncleanable
     lm.close()

@@ -176,7 +176,9 @@ class LogCleaner:
 
     # --------------------------------------------------------------------------- cleaning
     async def clean_once(self, index: int = 0) -> bool:
-        """Clean the filthiest log, if one needs it. True if a log was cleaned."""
+        """Clean the filthiest log, if one needs it. True if one was worked on (cleaned, or
+        its copy discarded because the log changed meanwhile); False if none needed it or
+        the clean failed (the task then backs off)."""
         now = self.wall_clock()
         found = self.grab_filthiest(now)
         if found is None:
@@ -192,6 +194,7 @@ class LogCleaner:
                 emit("log_cleaning_failed", topic=log.topic, partition=log.partition,
                      error=str(exc))
             # else the topic was deleted under the copy: nothing failed that still exists
+            return False  # back off: a failing disk must not be retried in a tight loop
         finally:
             self.in_progress.discard(key)
         return True
