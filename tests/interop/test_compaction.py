@@ -17,7 +17,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from trio_broker.storage.cleaner import FAULT_ENV
 
@@ -144,9 +150,10 @@ def test_kill_9_during_a_clean_loses_no_surviving_record(
     expected = produce(bootstrap, "crashy", 20_000, 200)
     end = expected[b"sentinel"][0] + 1
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, "crashy",
-                              set_config={"cleanup.policy": "compact"})
-    for future in admin.alter_configs([resource]).values():
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "crashy", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact",
+                    incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(TIMEOUT)
     assert process.process is not None
     process.process.wait(TIMEOUT * 2)  # the fault hook kills the broker mid-swap
