@@ -4,6 +4,7 @@ crash at every step of the swap."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import struct
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trio_broker.config import load_config
 from trio_broker.observability.metrics import BrokerMetrics
@@ -441,3 +444,28 @@ async def test_a_copy_overtaken_by_delete_records_is_discarded(
     assert read_all(lm, "x") == [r for r in before if r[0] >= cut]
     assert ("x", 0) not in lm.cleaner.checkpoints
     lm.close()
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=40)),
+                          st.one_of(st.none(), st.binary(max_size=300))), min_size=1, max_size=8),
+       st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_the_record_reader_takes_any_client_bytes(
+        records: list[tuple[bytes | None, bytes | None]], flips: list[tuple[int, int]],
+        compress: bool) -> None:
+    """The key check at produce reads client record bytes: a valid batch reads back exactly,
+    and any corruption of the records (CRC fixed so it gets that far) is a RecordBatchError,
+    never another exception."""
+    inputs = [record(k, v, 1_700_000_000_000 + i) for i, (k, v) in enumerate(records)]
+    batch = bytearray(_gzip_batch(inputs) if compress else rb.build_batch(inputs))
+    header = rb.decode_header(batch)
+    assert cl.batch_has_keyless_record(batch, 0, header) == any(k is None for k, _ in records)
+    spans = list(cl.iter_records(cl._payload(bytes(batch), header), header.record_count))  # type: ignore[arg-type]
+    assert [(s.key, s.tombstone) for s in spans] == [(k, v is None) for k, v in records]
+    for position, value in flips:
+        at = rb.HEADER_SIZE + position % max(len(batch) - rb.HEADER_SIZE, 1)
+        batch[at] = value
+    struct.pack_into(">I", batch, rb.CRC_OFFSET, rb.compute_crc(batch))
+    with contextlib.suppress(rb.RecordBatchError):
+        cl.batch_has_keyless_record(batch, 0, rb.decode_header(batch))
