@@ -469,3 +469,22 @@ def test_the_record_reader_takes_any_client_bytes(
     struct.pack_into(">I", batch, rb.CRC_OFFSET, rb.compute_crc(batch))
     with contextlib.suppress(rb.RecordBatchError):
         cl.batch_has_keyless_record(batch, 0, rb.decode_header(batch))
+
+
+async def test_list_offsets_by_timestamp_skips_batches_compaction_emptied(
+        tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("ts", 1, COMPACT)
+    base = now_ms() - 100_000
+    for i in range(60):  # key-0 .. key-2, timestamps base + i
+        await lm.append("ts", 0, rb.build_batch([record(b"key-%d" % (i % 3), b"v", base + i)]))
+    await lm.append("ts", 0, rb.build_batch([record(b"key-0", b"newest", base + 1000)]))
+    lm.get_partition("ts", 0).roll()  # type: ignore[union-attr]
+    assert await lm.cleaner.clean_once()
+    kept = [o for o, _, _ in read_all(lm, "ts")]
+    assert kept == [58, 59, 60]
+    # offset 10's record is gone: the answer is the first record at or after the time
+    assert lm.list_offset("ts", 0, base + 10) == (58, base + 58)
+    assert lm.list_offset("ts", 0, base + 59) == (59, base + 59)
+    assert lm.list_offset("ts", 0, base + 999) == (60, base + 1000)
+    lm.close()

@@ -408,7 +408,9 @@ class PartitionLog:
             position = segment.find_position(start)
             while position is not None and position < segment.size:
                 header = rb.decode_header(segment.pread(rb.HEADER_SIZE, position))
-                if header.max_timestamp >= timestamp:
+                # A batch left without records by compaction keeps its max timestamp but has
+                # no record to answer with: the search goes on, as in Kafka.
+                if header.max_timestamp >= timestamp and header.record_count:
                     return self._record_at_or_after(segment, position, header, timestamp)
                 position += header.size
         return None
