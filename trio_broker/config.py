@@ -136,6 +136,19 @@ def _any(_value: Any) -> str | None:
     return None
 
 
+def _cleanup_policy(value: Any) -> str | None:
+    """A list of delete, compact"""
+    parts = [p.strip() for p in str(value).split(",") if p.strip()]
+    if parts and all(p in ("delete", "compact") for p in parts):
+        return None
+    return "must be a list of delete, compact"
+
+
+def _ratio(value: Any) -> str | None:
+    """Value must be between 0 and 1"""
+    return None if 0 <= value <= 1 else "must be between 0 and 1"
+
+
 def setting(
     key: str,
     default: Any,
@@ -442,8 +455,38 @@ class BrokerConfig:
         "log.message.timestamp.type", "CreateTime", "CreateTime or LogAppendTime.",
         validator=one_of("CreateTime", "LogAppendTime"), group="Log")
     log_cleanup_policy: str = _str_setting(
-        "log.cleanup.policy", "delete", "Only delete is implemented.",
-        validator=one_of("delete"), group="Log")
+        "log.cleanup.policy", "delete",
+        "Default cleanup.policy of topics: delete, compact or compact,delete.",
+        validator=_cleanup_policy, group="Log")
+    log_cleaner_enable: bool = _bool_setting(
+        "log.cleaner.enable", True, "Run the log cleaner (compaction of compacted topics).",
+        group="Log")
+    log_cleaner_threads: int = setting(
+        "log.cleaner.threads", 1, "Cleaner tasks (each cleans one partition at a time).",
+        validator=at_least(1), group="Log")
+    log_cleaner_dedupe_buffer_size: int = _long(
+        "log.cleaner.dedupe.buffer.size", 134217728,
+        "Memory of the cleaners' offset maps (key hash to offset), shared by all cleaner tasks.",
+        validator=at_least(1024), group="Log")
+    log_cleaner_backoff_ms: int = _long(
+        "log.cleaner.backoff.ms", 15000, "How long a cleaner sleeps when no log needs cleaning.",
+        validator=at_least(0), group="Log")
+    log_cleaner_min_cleanable_ratio: float = setting(
+        "log.cleaner.min.cleanable.ratio", 0.5,
+        "Default min.cleanable.dirty.ratio: dirty bytes over log bytes before a clean.",
+        parser=float, validator=_ratio, type_name="double", group="Log")
+    log_cleaner_min_compaction_lag_ms: int = _long(
+        "log.cleaner.min.compaction.lag.ms", 0,
+        "Default min.compaction.lag.ms: records younger than this are not compacted.",
+        validator=at_least(0), group="Log")
+    log_cleaner_max_compaction_lag_ms: int = _long(
+        "log.cleaner.max.compaction.lag.ms", LONG_MAX,
+        "Default max.compaction.lag.ms: dirty records older than this are compacted whatever "
+        "the dirty ratio.", validator=at_least(1), group="Log")
+    log_cleaner_delete_retention_ms: int = _long(
+        "log.cleaner.delete.retention.ms", 86400000,
+        "Default delete.retention.ms: tombstones survive this long after their first clean.",
+        validator=at_least(0), group="Log")
     producer_id_expiration_ms: int = setting(
         "producer.id.expiration.ms", 86400000,
         "Forget idempotent producer state this long after its last write.", validator=at_least(1),
@@ -472,6 +515,10 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = setting(
         "offsets.topic.num.partitions", 50, "Partitions of the internal __consumer_offsets log.",
         validator=at_least(1), group="Groups")
+    offsets_topic_segment_bytes: int = setting(
+        "offsets.topic.segment.bytes", 104857600,
+        "segment.bytes of __consumer_offsets (its closed segments are compacted).",
+        validator=at_least(14), group="Groups")
     offset_metadata_max_bytes: int = setting(
         "offset.metadata.max.bytes", 4096, "Largest metadata string of a committed offset.",
         validator=at_least(0), group="Groups")

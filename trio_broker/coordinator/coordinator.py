@@ -73,9 +73,10 @@ _LOAD_READ_BYTES = 4 * 1024 * 1024
 
 TopicPartition = tuple[str, int]
 
-#: Topic configs of ``__consumer_offsets`` (Kafka's segment size for it; nothing expires).
-OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1",
-                         "segment.bytes": "104857600"}
+#: Topic configs of ``__consumer_offsets``, as Kafka creates it: compacted (the newest record
+#: per group and per committed partition survives; tombstones go after delete.retention.ms),
+#: with ``offsets.topic.segment.bytes`` as its segment size.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 
 
 @attrs.frozen
@@ -177,6 +178,12 @@ class GroupCoordinator:
         # sees a group does not pay for its partitions at start-up.
         self._num_partitions = (info.num_partitions if info is not None
                                 else self.config.offsets_topic_num_partitions)
+        if info is not None and "compact" not in info.configs.get("cleanup.policy", ""):
+            # Created by a version without compaction (retention off, growing forever):
+            # from now on it is compacted as Kafka's is.
+            lm.alter_topic_config(OFFSETS_TOPIC, {"cleanup.policy": "compact",
+                                                  "retention.ms": None, "retention.bytes": None},
+                                  incremental=True)
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         metadata: dict[str, GroupValue | None] = {}
         records = 0
@@ -341,10 +348,10 @@ class GroupCoordinator:
 
     def _ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.log_manager.topics:
-            # Kafka compacts this topic; without compaction here, time and size retention
-            # must never delete committed offsets, so both are off for it.
             self.log_manager.create_topic(OFFSETS_TOPIC, self._num_partitions,
-                                          OFFSETS_TOPIC_CONFIGS, internal=True)
+                                          {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(
+                                              self.config.offsets_topic_segment_bytes)},
+                                          internal=True)
 
     async def _writer(self) -> None:
         async for item in self._write_receive:

@@ -135,6 +135,9 @@ class BrokerMetrics:
     def watch_logs(self, log_manager: Any) -> None:
         """Serve ``kafka_log_log_size{topic,partition}`` from ``log_manager``'s partitions."""
         self.registry.register(_LogSizeCollector(log_manager))
+        cleaner = getattr(log_manager, "cleaner", None)
+        if cleaner is not None:
+            self.registry.register(_CleanerCollector(cleaner))
 
     def observe_request(self, api: str, version: int, timings: dict[str, float], error: str,
                         request_bytes: int) -> None:
@@ -339,6 +342,32 @@ class _FetchSessionCollector:
         yield CounterMetricFamily(
             "kafka_server_fetchsessioncache_incremental_fetch_session_evictions",
             "Fetch sessions evicted to make room for new ones", value=cache.evictions)
+
+
+class _CleanerCollector:
+    """Kafka's log cleaner gauges (``kafka.log:type=LogCleaner`` and ``LogCleanerManager``),
+    read at scrape time from the cleaner's last-clean statistics."""
+
+    def __init__(self, cleaner: Any) -> None:
+        self._cleaner = cleaner
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        stats = self._cleaner.stats
+        yield GaugeMetricFamily(
+            "kafka_log_logcleaner_max_clean_time_secs",
+            "Seconds of the longest last clean of the cleaner tasks (max-clean-time-secs)",
+            value=int(stats.max_clean_time_secs))
+        yield GaugeMetricFamily(
+            "kafka_log_logcleaner_cleaner_recopy_percent",
+            "Bytes written over bytes read by the cleaners' last cleans, in percent "
+            "(cleaner-recopy-percent)", value=int(stats.recopy_percent))
+        yield GaugeMetricFamily(
+            "kafka_log_logcleanermanager_max_dirty_percent",
+            "Dirty share of the dirtiest compacted log at the last check (max-dirty-percent)",
+            value=int(100 * stats.max_dirty_ratio))
 
 
 #: Per quota type: Kafka's metric group and the name of its quota metric (``byte-rate``, ...).

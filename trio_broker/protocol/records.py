@@ -178,7 +178,8 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
     """Check one complete batch as Kafka does at batch level; return its header.
 
     Checks: size against the header's length field and ``max_size``, magic 2, CRC-32C, record
-    count against ``lastOffsetDelta``, and (for client batches) that it is not a control batch.
+    count against ``lastOffsetDelta`` (for stored batches: at most the offset range, since
+    compaction removes records), and (for client batches) that it is not a control batch.
     """
     size = len(batch)
     if size < HEADER_SIZE:
@@ -201,7 +202,15 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
     if crc != header.crc:
         raise RecordBatchError("corrupt_message",
                                f"record batch CRC {header.crc} does not match computed {crc}")
-    if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+    if from_client and (header.record_count <= 0
+                        or header.last_offset_delta != header.record_count - 1):
+        raise RecordBatchError(
+            "invalid_record",
+            f"inconsistent batch: {header.record_count} records, lastOffsetDelta "
+            f"{header.last_offset_delta}")
+    if not from_client and not 0 <= header.record_count <= header.last_offset_delta + 1:
+        # Compaction (the log cleaner) leaves batches with fewer records than their offset
+        # range, or none at all (Kafka keeps a producer's last batch as an empty header).
         raise RecordBatchError(
             "invalid_record",
             f"inconsistent batch: {header.record_count} records, lastOffsetDelta "

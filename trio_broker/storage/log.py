@@ -20,6 +20,7 @@ import trio
 from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
+from .cleaner import batch_has_keyless_record, recover_swaps
 from .errors import (
     BATCH_ERRORS,
     CorruptMessage,
@@ -99,6 +100,7 @@ class PartitionLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         for leftover in self.directory.glob("*.tmp"):
             leftover.unlink(missing_ok=True)
+        recover_swaps(self.directory, self.topic, self.partition)
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log")
                        if p.name[:-4].isdigit())
         # Indexes without a log are debris of a deleted segment.
@@ -201,6 +203,8 @@ class PartitionLog:
                 f"Message batch size is {len(records)} bytes in append to partition "
                 f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
                 f"size of {self.config.segment_bytes}.")
+        if from_client and self.config.compact:
+            self._require_keys(records, batches)
         state = self.producer_state
         if producer_check:
             # Kafka answers a retried batch with the offsets it got the first time.
@@ -242,6 +246,18 @@ class PartitionLog:
         self._wake()
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
+
+    def _require_keys(self, records: bytes, batches: list[tuple[int, rb.BatchHeader]]) -> None:
+        """Kafka's LogValidator.validateKey: a compacted topic refuses records without a key."""
+        for position, header in batches:
+            try:
+                keyless = batch_has_keyless_record(records, position, header)
+            except rb.RecordBatchError as exc:
+                raise CorruptMessage(exc.message) from None
+            if keyless:
+                raise InvalidRecord(
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.partition}.")
 
     def _derived_max_timestamp(self, data: bytearray, position: int,
                                header: rb.BatchHeader) -> int:
@@ -392,7 +408,9 @@ class PartitionLog:
             position = segment.find_position(start)
             while position is not None and position < segment.size:
                 header = rb.decode_header(segment.pread(rb.HEADER_SIZE, position))
-                if header.max_timestamp >= timestamp:
+                # A batch left without records by compaction keeps its max timestamp but has
+                # no record to answer with: the search goes on, as in Kafka.
+                if header.max_timestamp >= timestamp and header.record_count:
                     return self._record_at_or_after(segment, position, header, timestamp)
                 position += header.size
         return None
@@ -477,7 +495,7 @@ class PartitionLog:
         if config.retention_ms >= 0:
             by_time = 0
             for segment in self.segments:
-                if segment.size == 0:
+                if segment is self.active and segment.size == 0:
                     break
                 largest = segment.max_timestamp if segment.max_timestamp >= 0 else \
                     _mtime_ms(segment)
@@ -511,6 +529,25 @@ class PartitionLog:
             emit("log_segment_deleted", topic=self.topic, partition=self.partition,
                  segment=segment.base_offset, size=segment.size, reason=reason)
         return len(doomed)
+
+    def replace_segments(self, old: list[Segment], new: Segment) -> bool:
+        """Put ``new`` (a cleaned segment) in place of the adjacent segments ``old``; False
+        (nothing changed) if they are no longer all there, in order (retention or deletion
+        got there first)."""
+        if not self.has_segments(old):
+            return False
+        start = self.segments.index(old[0])
+        self.segments[start:start + len(old)] = [new]
+        self._bases = [s.base_offset for s in self.segments]
+        return True
+
+    def has_segments(self, old: list[Segment]) -> bool:
+        """Are ``old`` still adjacent closed segments of this log?"""
+        if not old or old[0] not in self.segments:
+            return False
+        start = self.segments.index(old[0])
+        return (self.segments[start:start + len(old)] == old
+                and start + len(old) < len(self.segments))
 
     # ------------------------------------------------------------------------------ close
     def close(self) -> None:

@@ -7,6 +7,7 @@ On-disk layout under ``config.data_dir`` (Kafka's, plus one JSON file for topic 
     log-start-offset-checkpoint         Kafka's format: log start offsets moved by DeleteRecords
     .kafka_cleanshutdown                present only between a clean close and the next open
     producer-id-block                   next unallocated producer id block
+    cleaner-offset-checkpoint           Kafka's format: first dirty offset of compacted logs
     <topic>-<partition>/00000000000000000000.log|.index|.timeindex, <offset>.snapshot
 """
 
@@ -39,6 +40,7 @@ from .errors import (
     UnknownTopicOrPartition,
 )
 from .log import AppendResult, PartitionLog, ReadResult, now_ms
+from .log_cleaner import LogCleaner
 from .producer_state import ProducerIdAllocator
 from .topic_config import (
     INTERNAL_TOPICS,
@@ -109,6 +111,8 @@ class LogManager:
         #: One writer of the log-start checkpoint at a time (they share its ``.tmp`` file);
         #: a thread lock, since worker threads and the event loop (topic deletion) both write.
         self._log_starts_lock = threading.Lock()
+        #: The log cleaner (compaction); its tasks run under :meth:`run`.
+        self.cleaner = LogCleaner(self)
 
     # ------------------------------------------------------------------------- life cycle
     def open(self) -> None:
@@ -127,6 +131,7 @@ class LogManager:
                 key = (info.name, partition)
                 self._open_log(info.name, partition, points.get(key), starts.get(key))
         self._remove_strays()
+        self.cleaner.load()
         self._producer_ids = ProducerIdAllocator(self.data_dir / PRODUCER_ID_FILE)
         # From here on, a crash must trigger recovery: the marker goes before any write.
         marker.unlink(missing_ok=True)
@@ -240,13 +245,15 @@ class LogManager:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Background work under the broker's nursery: retention, time-based flush, recovery
-        point checkpoints, producer expiry. Cancelled at shutdown."""
+        point checkpoints, producer expiry, the log cleaner. Cancelled at shutdown."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._periodic, self.config.log_retention_check_interval_ms / 1000,
                                self._retention_pass)
             nursery.start_soon(self._flush_loop)
             nursery.start_soon(self._periodic, CHECKPOINT_INTERVAL_S, self._checkpoint_pass)
             nursery.start_soon(self._periodic, PRODUCER_EXPIRATION_CHECK_S, self._expire_pass)
+            if self.config.log_cleaner_enable:
+                await nursery.start(self.cleaner.run)
             task_status.started()
 
     async def _periodic(self, interval_s: float, job: Any) -> None:
@@ -350,6 +357,9 @@ class LogManager:
                 log._wake()
                 log.delete_files()
         self._log_configs.pop(name, None)
+        if any(key[0] == name for key in self.cleaner.checkpoints):
+            self.cleaner.forget(name)
+            self.cleaner.write_checkpoints()
         if moved_start:
             # A topic re-created under this name must not inherit the old start offsets.
             self._write_log_starts()

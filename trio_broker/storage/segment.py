@@ -169,20 +169,21 @@ class Segment:
     """A ``.log`` file with its indexes. Mutable; owned by one :class:`PartitionLog`."""
 
     def __init__(self, directory: Path, base_offset: int, *, index_max_bytes: int,
-                 index_interval_bytes: int, created_ms: int) -> None:
+                 index_interval_bytes: int, created_ms: int, suffix: str = "") -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         name = segment_name(base_offset)
-        self.log_path = directory / f"{name}.log"
+        # ``suffix`` (".cleaned") names the files of a segment the log cleaner is writing.
+        self.log_path = directory / f"{name}.log{suffix}"
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         # A missing index file must be rebuilt (opening creates an empty one).
-        self.indexes_existed = (directory / f"{name}.index").exists() and (
-            directory / f"{name}.timeindex").exists()
-        self.offset_index = OffsetIndex(directory / f"{name}.index", base_offset,
+        self.indexes_existed = (directory / f"{name}.index{suffix}").exists() and (
+            directory / f"{name}.timeindex{suffix}").exists()
+        self.offset_index = OffsetIndex(directory / f"{name}.index{suffix}", base_offset,
                                         index_max_bytes // INDEX_ENTRY.size)
-        self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset,
+        self.time_index = TimeIndex(directory / f"{name}.timeindex{suffix}", base_offset,
                                     index_max_bytes // TIME_ENTRY.size)
         #: Offset after the last batch (for the active segment: the log end offset).
         self.next_offset = base_offset

@@ -81,7 +81,8 @@ _KEYS = [
               _cleanup),
     _TopicKey("compression.type", "string", None, "compression.type", "producer",
               _choices("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
-    _TopicKey("delete.retention.ms", "long", None, None, 86400000, _min(0)),
+    _TopicKey("delete.retention.ms", "long", "log_cleaner_delete_retention_ms",
+              "log.cleaner.delete.retention.ms", 86400000, _min(0)),
     _TopicKey("file.delete.delay.ms", "long", None, None, 60000, _min(0)),
     _TopicKey("flush.messages", "long", "log_flush_interval_messages",
               "log.flush.interval.messages", LONG_MAX, _min(1)),
@@ -89,7 +90,8 @@ _KEYS = [
               _min(0)),
     _TopicKey("index.interval.bytes", "int", "log_index_interval_bytes",
               "log.index.interval.bytes", 4096, _min(0)),
-    _TopicKey("max.compaction.lag.ms", "long", None, None, LONG_MAX, _min(1)),
+    _TopicKey("max.compaction.lag.ms", "long", "log_cleaner_max_compaction_lag_ms",
+              "log.cleaner.max.compaction.lag.ms", LONG_MAX, _min(1)),
     _TopicKey("max.message.bytes", "int", "message_max_bytes", "message.max.bytes", 1048588,
               _min(0)),
     _TopicKey("message.downconversion.enable", "boolean", None, None, True),
@@ -99,9 +101,11 @@ _KEYS = [
     _TopicKey("message.timestamp.type", "string", "log_message_timestamp_type",
               "log.message.timestamp.type", "CreateTime",
               _choices("CreateTime", "LogAppendTime")),
-    _TopicKey("min.cleanable.dirty.ratio", "double", None, None, 0.5,
+    _TopicKey("min.cleanable.dirty.ratio", "double", "log_cleaner_min_cleanable_ratio",
+              "log.cleaner.min.cleanable.ratio", 0.5,
               lambda v: None if 0 <= v <= 1 else "must be between 0 and 1"),
-    _TopicKey("min.compaction.lag.ms", "long", None, None, 0, _min(0)),
+    _TopicKey("min.compaction.lag.ms", "long", "log_cleaner_min_compaction_lag_ms",
+              "log.cleaner.min.compaction.lag.ms", 0, _min(0)),
     _TopicKey("min.insync.replicas", "int", None, None, 1, _min(1)),
     _TopicKey("preallocate", "boolean", None, None, False),
     _TopicKey("retention.bytes", "long", "log_retention_bytes", "log.retention.bytes", -1),
@@ -218,6 +222,12 @@ class LogConfig:
     #: KIP-937 bounds on CreateTime record timestamps (LONG_MAX: unbounded).
     timestamp_before_max_ms: int = LONG_MAX
     timestamp_after_max_ms: int = LONG_MAX
+    #: ``cleanup.policy`` includes compact: the log cleaner dedupes it by key.
+    compact: bool = False
+    delete_retention_ms: int = 86400000
+    min_cleanable_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
 
     @classmethod
     def build(cls, config: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:
@@ -227,9 +237,13 @@ class LogConfig:
                 return _parse(key, overrides[name])
             return _broker_value(config, key)
 
+        compact = "compact" in str(get("cleanup.policy"))
+        max_lag = get("max.compaction.lag.ms")
         return cls(
             segment_bytes=get("segment.bytes"),
-            segment_ms=get("segment.ms"),
+            # Kafka's LogConfig.maxSegmentMs: a compacted log rolls by max.compaction.lag.ms
+            # too, or its active segment could hold dirty records past the lag forever.
+            segment_ms=min(get("segment.ms"), max_lag) if compact else get("segment.ms"),
             segment_index_bytes=get("segment.index.bytes"),
             index_interval_bytes=get("index.interval.bytes"),
             retention_ms=get("retention.ms"),
@@ -245,6 +259,11 @@ class LogConfig:
                                                    get("message.timestamp.difference.max.ms")),
             timestamp_after_max_ms=_or_difference(get("message.timestamp.after.max.ms"),
                                                   get("message.timestamp.difference.max.ms")),
+            compact=compact,
+            delete_retention_ms=get("delete.retention.ms"),
+            min_cleanable_ratio=float(get("min.cleanable.dirty.ratio")),
+            min_compaction_lag_ms=get("min.compaction.lag.ms"),
+            max_compaction_lag_ms=max_lag,
         )
 
 
