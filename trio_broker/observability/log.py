@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -214,6 +214,9 @@ def _add_common(_logger: Any, method: str, event_dict: MutableMapping[str, Any]
     event_dict["broker"] = _state["broker"]
     event_dict["schema_version"] = SCHEMA_VERSION
     event_dict["timestamp"] = _timestamp()
+    sink = _CAPTURE.get()
+    if sink is not None:
+        sink(event_dict)
     return event_dict
 
 
@@ -318,6 +321,23 @@ def emit(event: str, /, **fields: Any) -> None:
 # cheaper to set per request (in handler tasks) than binding five structlog variables.
 _CONNECTION: contextvars.ContextVar[Any] = contextvars.ContextVar("trio_broker_connection",
                                                                  default=None)
+
+
+#: Where the events of one broker's tasks are also handed, as dicts (``trio_broker.testing``
+#: sets it in the task that runs a broker; its tasks and worker threads inherit it).
+_CAPTURE: contextvars.ContextVar[Callable[[MutableMapping[str, Any]], None] | None] = (
+    contextvars.ContextVar("trio_broker_capture", default=None))
+
+
+def capture_events(sink: Callable[[MutableMapping[str, Any]], None]) -> None:
+    """Hand every later event of the current task and its children to ``sink`` as well
+    (events below the configured level are not written, so not captured)."""
+    _CAPTURE.set(sink)
+
+
+def is_configured() -> bool:
+    """Whether :func:`configure_logging` has run in this process."""
+    return _pipeline is not None
 
 
 def bind_connection(info: Any) -> None:
