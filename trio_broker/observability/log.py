@@ -329,10 +329,21 @@ _CAPTURE: contextvars.ContextVar[Callable[[MutableMapping[str, Any]], None] | No
     contextvars.ContextVar("trio_broker_capture", default=None))
 
 
-def capture_events(sink: Callable[[MutableMapping[str, Any]], None]) -> None:
-    """Hand every later event of the current task and its children to ``sink`` as well
-    (events below the configured level are not written, so not captured)."""
-    _CAPTURE.set(sink)
+class capturing:  # noqa: N801  (used like a function: ``with capturing(sink):``)
+    """Hand every event of the block (and of tasks and worker threads started in it, which copy
+    the context) to ``sink`` as well. Events below the configured level are not written, so
+    not captured."""
+
+    __slots__ = ("_sink", "_token")
+
+    def __init__(self, sink: Callable[[MutableMapping[str, Any]], None]) -> None:
+        self._sink = sink
+
+    def __enter__(self) -> None:
+        self._token = _CAPTURE.set(self._sink)
+
+    def __exit__(self, *exc: object) -> None:
+        _CAPTURE.reset(self._token)
 
 
 def is_configured() -> bool:

@@ -7,9 +7,8 @@ The plugin (:mod:`trio_broker.testing.plugin`, registered under the ``pytest11``
 
 from __future__ import annotations
 
-from .broker import DEFAULTS, EventLog, KafkaBroker, Metrics, StoredRecord, TrioKafkaBroker
-from .client import KafkaError, TrioKafkaClient, WireClient
-from .intercept import Interception, close, delay, drop, error
+from typing import Any
+
 from .plugin import (
     kafka_broker,
     kafka_broker_session,
@@ -18,9 +17,23 @@ from .plugin import (
     trio_kafka_broker,
 )
 
-__all__ = [
-    "DEFAULTS", "EventLog", "Interception", "KafkaBroker", "KafkaError", "Metrics",
-    "StoredRecord", "TrioKafkaBroker", "TrioKafkaClient", "WireClient", "close", "delay", "drop",
-    "error", "kafka_broker", "kafka_broker_session", "pytest_addoption", "pytest_configure",
-    "trio_kafka_broker",
-]
+#: Imported on first use (``pytest -p trio_broker.testing`` imports this package before pytest's
+#: other plugins load; kio, under the broker, imports hypothesis when it is installed).
+_LAZY = {
+    "DEFAULTS": "broker", "EventLog": "broker", "KafkaBroker": "broker", "Metrics": "broker",
+    "StoredRecord": "broker", "TrioKafkaBroker": "broker", "KafkaError": "client",
+    "TrioKafkaClient": "client", "WireClient": "client", "Interception": "intercept",
+    "close": "intercept", "delay": "intercept", "drop": "intercept", "error": "intercept",
+}
+
+__all__ = [*_LAZY, "kafka_broker", "kafka_broker_session", "pytest_addoption",
+           "pytest_configure", "trio_kafka_broker"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -198,7 +198,13 @@ class _BrokerCore:
     # ----------------------------------------------------------------- broker's thread
     def _call_app(self, fn: Callable[[BrokerApp], Any]) -> Any:
         """Run ``fn(app)`` where the app lives (overridden by the threaded broker)."""
-        return fn(self._running())
+        return self._in_app(fn)
+
+    def _in_app(self, fn: Callable[[BrokerApp], Any]) -> Any:
+        """``fn(app)``, its events captured as the broker's own (``create_topic``)."""
+        app = self._running()
+        with log.capturing(self.events.append):
+            return fn(app)
 
     def _running(self) -> BrokerApp:
         if self.app is None:
@@ -220,8 +226,8 @@ class _BrokerCore:
                      task_status: trio.TaskStatus[BrokerApp] = trio.TASK_STATUS_IGNORED
                      ) -> None:
         # This task's context is copied by every task and worker thread of the broker.
-        log.capture_events(self.events.append)
-        await app.serve(task_status=task_status)
+        with log.capturing(self.events.append):
+            await app.serve(task_status=task_status)
 
     async def _stop_app(self, kill: bool = False) -> None:
         app, self.app = self.app, None
@@ -405,7 +411,7 @@ class KafkaBroker(_BrokerCore):
     def _call_app(self, fn: Callable[[BrokerApp], Any]) -> Any:
         if self._token is None or self._failure is not None:
             raise RuntimeError("the broker is not running")
-        return trio.from_thread.run_sync(lambda: fn(self._running()), trio_token=self._token)
+        return trio.from_thread.run_sync(self._in_app, fn, trio_token=self._token)
 
     def restart(self, kill: bool = False) -> None:
         """Stop the broker and start it again on the same port and data directory.

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
 import struct
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -78,7 +78,7 @@ def request_body(api_key: int, version: int, class_name: str | None = None, **fi
     fields it has: fields the version lacks are left out."""
     cls = request_schema(api_key, version)
     if class_name is not None:
-        cls = getattr(sys.modules[cls.__module__], class_name)
+        cls = getattr(importlib.import_module(cls.__module__), class_name)
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in fields.items() if k in names})
 

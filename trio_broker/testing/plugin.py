@@ -17,13 +17,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from ..config import ConfigError, parse_override
 from ..observability import log
-from .broker import KafkaBroker, TrioKafkaBroker
+
+if TYPE_CHECKING:
+    from .broker import KafkaBroker, TrioKafkaBroker
+
+# The brokers (and kio, which imports hypothesis when it is installed) are imported when a
+# fixture is first used: a plugin module is imported before pytest's other plugins load.
 
 __all__ = ["kafka_broker", "kafka_broker_session", "pytest_addoption", "pytest_configure",
            "trio_kafka_broker"]
@@ -89,6 +95,8 @@ def _ensure_logging(config: pytest.Config, tmp_path_factory: pytest.TempPathFact
 def kafka_broker(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A broker for this test in a background thread, on a free port with a fresh data dir."""
+    from .broker import KafkaBroker
+
     _ensure_logging(request.config, tmp_path_factory)
     broker = KafkaBroker(_settings(request, markers=True),
                          tmp_path_factory.mktemp("kafka-broker"), timeout=TIMEOUT)
@@ -101,6 +109,8 @@ def kafka_broker(request: pytest.FixtureRequest,
 def kafka_broker_session(request: pytest.FixtureRequest,
                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """One broker for the whole session (ini and command-line configuration only)."""
+    from .broker import KafkaBroker
+
     _ensure_logging(request.config, tmp_path_factory)
     broker = KafkaBroker(_settings(request, markers=False),
                          tmp_path_factory.mktemp("kafka-broker-session"), timeout=TIMEOUT)
@@ -114,6 +124,8 @@ async def trio_kafka_broker(request: pytest.FixtureRequest,
                             tmp_path_factory: pytest.TempPathFactory
                             ) -> AsyncIterator[TrioKafkaBroker]:
     """A broker for this test in the test's own Trio run (pytest-trio), on the test's clock."""
+    from .broker import TrioKafkaBroker
+
     _ensure_logging(request.config, tmp_path_factory)
     broker = TrioKafkaBroker(_settings(request, markers=True),
                              tmp_path_factory.mktemp("trio-kafka-broker"))
