@@ -404,9 +404,11 @@ class KafkaBroker(_BrokerCore):
             await self._start_app(nursery)
             self._ready.set()
             await self._quit.wait()
-            with trio.move_on_after(self.timeout):
+            with trio.move_on_after(self.timeout) as stopping:
                 await self._stop_app()
             nursery.cancel_scope.cancel()
+        if stopping.cancelled_caught:
+            raise TimeoutError(f"the broker did not stop within {self.timeout} s")
 
     def _call_app(self, fn: Callable[[BrokerApp], Any]) -> Any:
         if self._token is None or self._failure is not None:

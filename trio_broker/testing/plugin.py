@@ -35,7 +35,8 @@ __all__ = ["kafka_broker", "kafka_broker_session", "pytest_addoption", "pytest_c
            "trio_kafka_broker"]
 
 MARKER = "kafka_broker_config"
-#: Seconds a threaded broker may take to start, or to stop before the test fails.
+#: Seconds a broker may take to start or to stop before the test errors (Trio's clock for
+#: ``trio_kafka_broker``).
 TIMEOUT = 30.0
 
 
@@ -132,5 +133,8 @@ async def trio_kafka_broker(request: pytest.FixtureRequest,
     async with trio.open_nursery() as nursery:
         await broker.start(nursery)
         yield broker
-        await broker.stop()
+        with trio.move_on_after(TIMEOUT) as stopping:
+            await broker.stop()
         nursery.cancel_scope.cancel()
+    if stopping.cancelled_caught:
+        raise TimeoutError(f"the broker did not stop within {TIMEOUT} s")
