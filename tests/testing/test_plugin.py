@@ -1,6 +1,9 @@
 """The pytest plugin (trio_broker.testing), tested as its users run it: inner pytest sessions
 (pytester) with ``-p trio_broker.testing``, as in a project where trio-broker is not installed.
 
+Inner sessions run in subprocesses: pytester's in-process runs drop every module a run imported
+from ``sys.modules``, which breaks later tests of this session that cached kio classes.
+
 These use the plugin's own Trio client; the tests with confluent-kafka, kafka-python and aiokafka
 are in tests/interop/test_pytest_plugin.py.
 """
@@ -8,11 +11,13 @@ are in tests/interop/test_pytest_plugin.py.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.timeout(120)
 
+ROOT = Path(__file__).resolve().parents[2]
 INI = "[pytest]\ntrio_mode = true\n"
 HEADER = """
 import time
@@ -31,7 +36,11 @@ def run(pytester: pytest.Pytester, source: str, *args: str, ini: str = "",
     """Run ``source`` as a test file in an inner session with the plugin; assert the outcome."""
     pytester.makeini(INI + ini)
     pytester.makepyfile(test_inner=HEADER + textwrap.dedent(source))
-    result = pytester.runpytest("-p", "trio_broker.testing", "-p", "no:cacheprovider", *args)
+    # This checkout's trio_broker, whatever the environment has installed.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(ROOT))
+        result = pytester.runpytest_subprocess("-p", "trio_broker.testing",
+                                               "-p", "no:cacheprovider", *args, timeout=100)
     if passed is not None:
         result.assert_outcomes(passed=passed)
     return result

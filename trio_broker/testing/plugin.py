@@ -35,8 +35,7 @@ __all__ = ["kafka_broker", "kafka_broker_session", "pytest_addoption", "pytest_c
            "trio_kafka_broker"]
 
 MARKER = "kafka_broker_config"
-#: Seconds a broker may take to start or to stop before the test errors (Trio's clock for
-#: ``trio_kafka_broker``).
+#: Seconds a threaded broker may take to start, or to stop, before the test errors.
 TIMEOUT = 30.0
 
 
@@ -133,8 +132,7 @@ async def trio_kafka_broker(request: pytest.FixtureRequest,
     async with trio.open_nursery() as nursery:
         await broker.start(nursery)
         yield broker
-        with trio.move_on_after(TIMEOUT) as stopping:
-            await broker.stop()
+        # Not bounded on the Trio clock: under autojump_clock, virtual time races ahead while
+        # the shutdown waits for worker threads (the test's own timeout bounds it).
+        await broker.stop()
         nursery.cancel_scope.cancel()
-    if stopping.cancelled_caught:
-        raise TimeoutError(f"the broker did not stop within {TIMEOUT} s")
