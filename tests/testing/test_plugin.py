@@ -27,7 +27,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trio_broker.testing import KafkaError, close, delay, drop, error
-from trio_broker.testing.client import TrioKafkaClient, assignment
+from trio_broker.testing.client import TrioKafkaClient, assignment, request_body
 """
 
 
@@ -46,8 +46,7 @@ def run(pytester: pytest.Pytester, source: str, *args: str, ini: str = "",
     return result
 
 
-def test_session_timeout_expires_at_exactly_45_virtual_seconds(pytester: pytest.Pytester
-                                                               ) -> None:
+def test_timeouts_and_throttles_in_exact_virtual_time(pytester: pytest.Pytester) -> None:
     run(pytester, """
         async def test_expiry(trio_kafka_broker, autojump_clock):
             async with await trio_kafka_broker.client() as client:
@@ -75,7 +74,33 @@ def test_session_timeout_expires_at_exactly_45_virtual_seconds(pytester: pytest.
                 await trio_kafka_broker.wait_for_event("connection_expired")
                 assert trio.current_time() - start == 600.0
                 assert await client.closed_by_peer()
-    """, passed=2)
+
+        async def test_quota_throttle_mutes_for_exactly_the_throttle_time(trio_kafka_broker,
+                                                                          autojump_clock):
+            from kio.static.primitive import f64
+
+            ALTER_QUOTAS = 49
+            broker = trio_kafka_broker
+            broker.create_topic("t")
+            entry = request_body(
+                ALTER_QUOTAS, 1, "EntryData",
+                entity=(request_body(ALTER_QUOTAS, 1, "EntityData", entity_type="client-id",
+                                     entity_name="p"),),
+                ops=(request_body(ALTER_QUOTAS, 1, "OpData", key="producer_byte_rate",
+                                  value=f64(1000.0), remove=False),))
+            async with await broker.client("admin") as admin:
+                altered = await admin.request(ALTER_QUOTAS, 1, request_body(
+                    ALTER_QUOTAS, 1, entries=(entry,), validate_only=False))
+                assert altered.entries[0].error_code == ErrorCode.none
+            async with await broker.client("p") as client:
+                assert await client.produce("t", 0, [b"x" * 20_000]) == 0
+                sent = trio.current_time()
+                await client.api_versions()  # waits out the connection's mute
+                waited = trio.current_time() - sent
+            [started] = broker.events("throttle_started", client_id="p")
+            assert started["throttle_ms"] > 1000
+            assert waited == pytest.approx(started["throttle_ms"] / 1000, abs=1e-6)
+    """, passed=3)
 
 
 def test_intercept_changes_what_the_client_sees(pytester: pytest.Pytester) -> None:
