@@ -37,9 +37,9 @@ from ..protocol.codec import (
     request_schema,
     response_schema,
 )
-from ..protocol.prescan import scan_body
+from ..protocol.prescan import InvalidRequest, scan_body
 
-__all__ = ["KafkaError", "JoinedGroup", "ResponseFrames", "TrioKafkaClient", "WireClient",
+__all__ = ["InvalidResponse", "KafkaError", "JoinedGroup", "ResponseFrames", "TrioKafkaClient", "WireClient",
            "assignment", "request_body", "subscription"]
 
 MAX_RESPONSE_BYTES = 2**31 - 1
@@ -118,7 +118,7 @@ class ResponseFrames:
             return None
         size = int.from_bytes(buffer[:4], "big", signed=True)
         if not 0 <= size <= MAX_RESPONSE_BYTES:
-            raise ValueError(f"bad response size {size}")
+            raise InvalidResponse(f"bad response size {size}")
         if len(buffer) < 4 + size:
             return None
         payload = bytes(buffer[4:4 + size])
@@ -126,12 +126,23 @@ class ResponseFrames:
         return payload
 
 
+class InvalidResponse(Exception):
+    """A response the client cannot read: a length that overruns the frame (found by the
+    pre-scan before kio reads anything) or a value kio refuses (an unknown error code)."""
+
+
 def decode_checked(api_key: int, version: int, payload: bytes) -> tuple[int, Any]:
     """``(correlation_id, body)`` of a response payload, pre-scanned before kio reads it."""
     schema = response_schema(api_key, version)
     offset = 4 + (1 if schema.__flexible__ and api_key != API_VERSIONS_KEY else 0)
-    checked = scan_body(schema, payload, offset, api_key, version)
-    return decode_response(api_key, version, checked)
+    try:
+        checked = scan_body(schema, payload, offset, api_key, version)
+    except InvalidRequest as exc:
+        raise InvalidResponse(f"{exc.reason}: {exc.detail}") from None
+    try:
+        return decode_response(api_key, version, checked)
+    except Exception as exc:  # kio raises several types for values it refuses
+        raise InvalidResponse(repr(exc)) from None
 
 
 class WireClient:
