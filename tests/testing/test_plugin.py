@@ -211,12 +211,16 @@ def test_records_committed_metrics_and_restart(pytester: pytest.Pytester) -> Non
 
 
 def test_configuration_sources_and_bad_keys(pytester: pytest.Pytester) -> None:
-    ini = "kafka_broker_config =\n    num.partitions=2\n    message.max.bytes=5000\n"
+    ini = ("kafka_broker_config =\n    num.partitions=2\n    message.max.bytes=5000\n"
+           "kafka_broker_data_dir = tmp_path\n")
     result = run(pytester, """
         def test_ini_and_command_line(kafka_broker):
             assert kafka_broker.config.num_partitions == 3          # command line over ini
             assert kafka_broker.config.message_max_bytes == 5000     # ini
             assert kafka_broker.config.group_initial_rebalance_delay_ms == 0  # fixture default
+
+        def test_data_in_tmp_path(kafka_broker, tmp_path_factory):
+            assert tmp_path_factory.getbasetemp() in kafka_broker.data_dir.parents
 
         @pytest.mark.kafka_broker_config(**{"num.partitions": "4"})
         class TestMarkers:
@@ -236,7 +240,7 @@ def test_configuration_sources_and_bad_keys(pytester: pytest.Pytester) -> None:
         def test_bad_value(kafka_broker):
             pass
     """, "--kafka-broker-config", "num.partitions=3", ini=ini)
-    result.assert_outcomes(passed=3, errors=2)
+    result.assert_outcomes(passed=4, errors=2)
     result.stdout.re_match_lines([
         r".*ConfigError: Invalid value '4' for configuration num.partitons: not a "
         r"configuration key of trio_broker.*",
@@ -247,13 +251,21 @@ def test_configuration_sources_and_bad_keys(pytester: pytest.Pytester) -> None:
 def test_each_broker_has_its_own_events_and_the_session_broker_is_shared(
         pytester: pytest.Pytester) -> None:
     run(pytester, """
+        from pathlib import Path
+
+        FIRST = []
+
         def test_first(kafka_broker, kafka_broker_session):
+            # By default the data lives in memory (tmpfs), removed at tear-down.
+            assert kafka_broker.data_dir.parent == Path("/dev/shm")
+            FIRST.append(kafka_broker.data_dir)
             kafka_broker.create_topic("first")
             kafka_broker_session.create_topic("shared")
             assert kafka_broker.events("topic_created", topic="first")
 
         def test_second(kafka_broker, kafka_broker_session):
-            # A fresh broker: nothing of the first test's broker.
+            # A fresh broker: nothing of the first test's broker, whose data is gone.
+            assert not FIRST[0].exists() and kafka_broker.data_dir != FIRST[0]
             assert not kafka_broker.events("topic_created", topic="first")
             assert kafka_broker.events("broker_ready")
             # The session's broker is the same one.
