@@ -33,6 +33,7 @@ from .common import BenchResult, Figure, raise_fd_limit
 # with --only NAME).
 BENCHMARKS = {
     "startup": True,
+    "plugin_fixture": True,  # the pytest plugin's broker fixtures: set-up + tear-down per test
     "idle_memory": True,
     "small_requests": True,
     "throughput": True,

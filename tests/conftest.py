@@ -29,6 +29,9 @@ from trio_broker.config import BrokerConfig, load_config
 from trio_broker.observability import log
 from trio_broker.server.app import BrokerApp
 
+# pytester runs inner sessions for the tests of the pytest plugin (tests/testing/).
+pytest_plugins = ["pytester"]
+
 
 # ------------------------------------------------------------------------------ logging
 class CapturedLog:

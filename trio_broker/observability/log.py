@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -214,6 +214,9 @@ def _add_common(_logger: Any, method: str, event_dict: MutableMapping[str, Any]
     event_dict["broker"] = _state["broker"]
     event_dict["schema_version"] = SCHEMA_VERSION
     event_dict["timestamp"] = _timestamp()
+    sink = _CAPTURE.get()
+    if sink is not None:
+        sink(event_dict)
     return event_dict
 
 
@@ -318,6 +321,34 @@ def emit(event: str, /, **fields: Any) -> None:
 # cheaper to set per request (in handler tasks) than binding five structlog variables.
 _CONNECTION: contextvars.ContextVar[Any] = contextvars.ContextVar("trio_broker_connection",
                                                                  default=None)
+
+
+#: Where the events of one broker's tasks are also handed, as dicts (``trio_broker.testing``
+#: sets it in the task that runs a broker; its tasks and worker threads inherit it).
+_CAPTURE: contextvars.ContextVar[Callable[[MutableMapping[str, Any]], None] | None] = (
+    contextvars.ContextVar("trio_broker_capture", default=None))
+
+
+class capturing:  # noqa: N801  (used like a function: ``with capturing(sink):``)
+    """Hand every event of the block (and of tasks and worker threads started in it, which copy
+    the context) to ``sink`` as well. Events below the configured level are not written, so
+    not captured."""
+
+    __slots__ = ("_sink", "_token")
+
+    def __init__(self, sink: Callable[[MutableMapping[str, Any]], None]) -> None:
+        self._sink = sink
+
+    def __enter__(self) -> None:
+        self._token = _CAPTURE.set(self._sink)
+
+    def __exit__(self, *exc: object) -> None:
+        _CAPTURE.reset(self._token)
+
+
+def is_configured() -> bool:
+    """Whether :func:`configure_logging` has run in this process."""
+    return _pipeline is not None
 
 
 def bind_connection(info: Any) -> None:

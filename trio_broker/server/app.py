@@ -92,6 +92,8 @@ class BrokerApp:
         self.metrics_port: int | None = None
         self._shutdown_requested = trio.Event()
         self._stopped = trio.Event()
+        self._killed = False
+        self._root: trio.Nursery | None = None
         self._started_at = time.monotonic()
 
     @property
@@ -124,6 +126,7 @@ class BrokerApp:
         server = self.socket_server
         try:
             async with trio.open_nursery() as root:
+                self._root = root
                 # Inner services first, so the front end never hands work to a missing back end.
                 self._storage_scope = trio.CancelScope()
                 await root.start(self._run_in_scope, self._storage_scope, log_manager.run)
@@ -161,7 +164,8 @@ class BrokerApp:
         finally:
             trio.lowlevel.remove_instrument(self.metrics.idle)
             with trio.CancelScope(shield=True):  # flush even when cancelled from outside
-                await trio.to_thread.run_sync(log_manager.close)
+                await trio.to_thread.run_sync(
+                    log_manager.abandon if self._killed else log_manager.close)
             emit("broker_stopped", uptime_s=round(time.monotonic() - self._started_at, 3))
             log.flush()
             self._stopped.set()
@@ -175,6 +179,14 @@ class BrokerApp:
     async def shutdown(self) -> None:
         """Ask for the ordered shutdown and wait until the broker has stopped."""
         self._shutdown_requested.set()
+        await self._stopped.wait()
+
+    async def kill(self) -> None:
+        """Stop at once, as a killed process would (for ``trio_broker.testing``): no ordered
+        shutdown, connections dropped, nothing flushed and no clean-shutdown marker."""
+        self._killed = True
+        if self._root is not None:
+            self._root.cancel_scope.cancel()
         await self._stopped.wait()
 
     async def _shutdown_in_order(self) -> None:

@@ -38,6 +38,10 @@ HANDLER_BATCH = 16
 class RequestHandlerPool:
     """Handler tasks for one request channel (data plane, or the control plane's own)."""
 
+    #: Set by ``trio_broker.testing`` (fault injection): ``interceptor(ctx, handle)`` answers
+    #: in place of ``handle(ctx, body)``. None in a real broker: one attribute test per request.
+    interceptor: Callable[[RequestContext, Any], Awaitable[Any]] | None = None
+
     def __init__(self, broker: Broker, server: SocketServer, channel: RequestChannel,
                  num_handlers: int) -> None:
         self.broker = broker
@@ -117,6 +121,10 @@ class RequestHandlerPool:
                              dequeue_ns=request.dequeue_ns)
         handler = self._handlers[decoded.api_key]
         with for_connection(request.connection):
+            interceptor = self.interceptor
+            if interceptor is not None:
+                await self._answer(request, ctx, lambda: interceptor(ctx, handler.handle))
+                return
             await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
 
     async def _answer(self, request: Request, ctx: RequestContext,

@@ -311,6 +311,16 @@ class LogManager:
         self._opened = False
         self._release_lock()
 
+    def abandon(self) -> None:
+        """Let go of the files as a killed process does (``trio_broker.testing``'s
+        ``restart(kill=True)``): nothing flushed, no snapshots or checkpoints, no clean-shutdown
+        marker, so the next open recovers as after a crash."""
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self._opened = False
+        self._release_lock()
+
     # ----------------------------------------------------------------------------- topics
     @property
     def topics(self) -> Mapping[str, TopicInfo]:
