@@ -32,6 +32,7 @@ from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
 from ..storage.manager import LogManager
+from .authorizer import Authorizer
 from .broker import Broker
 from .client_quotas import ClientQuotas
 from .handler_pool import RequestHandlerPool
@@ -117,9 +118,13 @@ class BrokerApp:
         self.metrics.watch_quotas(client_quotas.managers)
         await trio.to_thread.run_sync(client_quotas.load)
         self.metrics.watch_logs(log_manager)
+        authorizer = Authorizer.from_config(config.data_dir, config)
+        if authorizer is not None:
+            await trio.to_thread.run_sync(authorizer.load)
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
-                        client_quotas=client_quotas, topic_metrics=self.metrics.topics)
+                        client_quotas=client_quotas, topic_metrics=self.metrics.topics,
+                        authorizer=authorizer)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)

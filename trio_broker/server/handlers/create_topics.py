@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
@@ -114,6 +115,9 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
     results: list[Any] = []
     reported: set[str] = set()
     mutations = controller_mutation_quota(ctx, STRICT_QUOTA_SINCE)
+    # ControllerApis.createTopics: CREATE on the cluster, else CREATE on each topic.
+    cluster_create = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER,
+                                   log_if_denied=False)
 
     def result(name: str, code: ErrorCode, message: str | None, info: Any = None) -> Any:
         fields: dict[str, Any] = {"name": name, "error_code": code, "error_message": message,
@@ -132,6 +136,11 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
                 results.append(result(name, ErrorCode.invalid_request,
                                       f"Create topics request contains multiple entries for "
                                       f"the topic {name}."))
+            continue
+        if not cluster_create and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC,
+                                                    name):
+            results.append(result(name, ErrorCode.topic_authorization_failed,
+                                  "Authorization failed."))
             continue
         problem = topic_name_problem(name)
         if problem is not None:
