@@ -22,11 +22,11 @@ from trio_broker.server.acl import (
     validate_new_acl,
 )
 
-O, R, P, Perm = AclOperation, ResourceType, PatternType, PermissionType
+Op, R, P, Perm = AclOperation, ResourceType, PatternType, PermissionType
 HOST = "10.0.0.1"
 
 
-def acl(name: str = "orders", principal: str = "User:alice", op: AclOperation = O.READ,
+def acl(name: str = "orders", principal: str = "User:alice", op: AclOperation = Op.READ,
         perm: PermissionType = Perm.ALLOW, rt: ResourceType = R.TOPIC,
         pattern: PatternType = P.LITERAL, host: str = "*") -> AclBinding:
     return AclBinding(rt, name, pattern, principal, host, op, perm)
@@ -45,140 +45,140 @@ def allowed(idx: AclIndex, op: AclOperation, name: str = "orders", principal: st
 
 
 def test_no_acl_denies_by_default_and_allow_everyone_allows() -> None:
-    assert not allowed(index(), O.READ)
-    assert allowed(index(allow_if_no_acl=True), O.READ)
+    assert not allowed(index(), Op.READ)
+    assert allowed(index(allow_if_no_acl=True), Op.READ)
 
 
 def test_allow_everyone_applies_only_to_resources_without_any_acl() -> None:
     # An ACL of another principal on the topic: the topic has ACLs, so no fallback.
     idx = index(acl(principal="User:bob"), allow_if_no_acl=True)
-    assert not allowed(idx, O.READ)
-    assert allowed(idx, O.READ, name="other")
+    assert not allowed(idx, Op.READ)
+    assert allowed(idx, Op.READ, name="other")
     # A prefixed ACL covering the topic counts as an ACL on it too.
     idx = index(acl("ord", principal="User:bob", pattern=P.PREFIXED), allow_if_no_acl=True)
-    assert not allowed(idx, O.READ)
+    assert not allowed(idx, Op.READ)
 
 
 def test_super_user_does_everything() -> None:
-    idx = index(acl(op=O.ALL, perm=Perm.DENY, principal="User:*"),
+    idx = index(acl(op=Op.ALL, perm=Perm.DENY, principal="User:*"),
                 super_users=parse_super_users("User:admin; User:ops"))
-    for op in (O.READ, O.WRITE, O.ALTER, O.CLUSTER_ACTION):
+    for op in (Op.READ, Op.WRITE, Op.ALTER, Op.CLUSTER_ACTION):
         assert allowed(idx, op, principal="User:admin")
         assert allowed(idx, op, principal="User:ops")
-    assert not allowed(idx, O.READ)
+    assert not allowed(idx, Op.READ)
 
 
 def test_literal_match_is_exact() -> None:
     idx = index(acl("orders"))
-    assert allowed(idx, O.READ, "orders")
-    assert not allowed(idx, O.READ, "orders2")
-    assert not allowed(idx, O.READ, "order")
-    assert not allowed(idx, O.WRITE, "orders")
-    assert not allowed(idx, O.READ, "orders", principal="User:bob")
-    assert not allowed(idx, O.READ, "orders", rt=R.GROUP)
+    assert allowed(idx, Op.READ, "orders")
+    assert not allowed(idx, Op.READ, "orders2")
+    assert not allowed(idx, Op.READ, "order")
+    assert not allowed(idx, Op.WRITE, "orders")
+    assert not allowed(idx, Op.READ, "orders", principal="User:bob")
+    assert not allowed(idx, Op.READ, "orders", rt=R.GROUP)
 
 
 def test_wildcard_resource_principal_and_host() -> None:
     idx = index(acl("*", principal="User:*"))
-    assert allowed(idx, O.READ, "anything", principal="User:zed")
+    assert allowed(idx, Op.READ, "anything", principal="User:zed")
     idx = index(acl("orders", host="10.0.0.1"))
-    assert allowed(idx, O.READ, host="10.0.0.1")
-    assert not allowed(idx, O.READ, host="10.0.0.2")
+    assert allowed(idx, Op.READ, host="10.0.0.1")
+    assert not allowed(idx, Op.READ, host="10.0.0.2")
 
 
 def test_prefixed_match() -> None:
     idx = index(acl("fin-", pattern=P.PREFIXED))
-    assert allowed(idx, O.READ, "fin-orders")
-    assert allowed(idx, O.READ, "fin-")
-    assert not allowed(idx, O.READ, "fin")
-    assert not allowed(idx, O.READ, "xfin-orders")
+    assert allowed(idx, Op.READ, "fin-orders")
+    assert allowed(idx, Op.READ, "fin-")
+    assert not allowed(idx, Op.READ, "fin")
+    assert not allowed(idx, Op.READ, "xfin-orders")
     # '*' as a prefix is a literal character, not a wildcard
     idx = index(acl("*", pattern=P.PREFIXED))
-    assert not allowed(idx, O.READ, "orders")
-    assert allowed(idx, O.READ, "*x")
+    assert not allowed(idx, Op.READ, "orders")
+    assert allowed(idx, Op.READ, "*x")
 
 
 def test_deny_beats_allow_wherever_it_comes_from() -> None:
-    base = acl("fin-", op=O.ALL, pattern=P.PREFIXED)
-    assert allowed(index(base), O.WRITE, "fin-orders")
-    for deny in (acl("fin-orders", op=O.WRITE, perm=Perm.DENY),
-                 acl("*", op=O.WRITE, perm=Perm.DENY, principal="User:*"),
-                 acl("fin-o", op=O.WRITE, perm=Perm.DENY, pattern=P.PREFIXED),
-                 acl("fin-orders", op=O.ALL, perm=Perm.DENY, host=HOST)):
+    base = acl("fin-", op=Op.ALL, pattern=P.PREFIXED)
+    assert allowed(index(base), Op.WRITE, "fin-orders")
+    for deny in (acl("fin-orders", op=Op.WRITE, perm=Perm.DENY),
+                 acl("*", op=Op.WRITE, perm=Perm.DENY, principal="User:*"),
+                 acl("fin-o", op=Op.WRITE, perm=Perm.DENY, pattern=P.PREFIXED),
+                 acl("fin-orders", op=Op.ALL, perm=Perm.DENY, host=HOST)):
         idx = index(base, deny)
-        assert not allowed(idx, O.WRITE, "fin-orders"), deny
-        decision = idx.decide("User:alice", HOST, O.WRITE, R.TOPIC, "fin-orders")
+        assert not allowed(idx, Op.WRITE, "fin-orders"), deny
+        decision = idx.decide("User:alice", HOST, Op.WRITE, R.TOPIC, "fin-orders")
         assert decision.acl == deny
 
 
 def test_deny_by_host_only_for_that_host() -> None:
-    idx = index(acl(op=O.ALL), acl(op=O.ALL, perm=Perm.DENY, host="10.0.0.9"))
-    assert allowed(idx, O.READ, host="10.0.0.1")
-    assert not allowed(idx, O.READ, host="10.0.0.9")
+    idx = index(acl(op=Op.ALL), acl(op=Op.ALL, perm=Perm.DENY, host="10.0.0.9"))
+    assert allowed(idx, Op.READ, host="10.0.0.1")
+    assert not allowed(idx, Op.READ, host="10.0.0.9")
 
 
-@pytest.mark.parametrize("granted", [O.READ, O.WRITE, O.DELETE, O.ALTER, O.DESCRIBE])
+@pytest.mark.parametrize("granted", [Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.DESCRIBE])
 def test_operations_that_imply_describe(granted: AclOperation) -> None:
-    assert allowed(index(acl(op=granted)), O.DESCRIBE)
+    assert allowed(index(acl(op=granted)), Op.DESCRIBE)
 
 
-@pytest.mark.parametrize("granted", [O.CREATE, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS,
-                                     O.CLUSTER_ACTION, O.IDEMPOTENT_WRITE])
+@pytest.mark.parametrize("granted", [Op.CREATE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+                                     Op.CLUSTER_ACTION, Op.IDEMPOTENT_WRITE])
 def test_operations_that_do_not_imply_describe(granted: AclOperation) -> None:
-    assert not allowed(index(acl(op=granted)), O.DESCRIBE)
+    assert not allowed(index(acl(op=granted)), Op.DESCRIBE)
 
 
 def test_alter_configs_implies_describe_configs_only() -> None:
-    idx = index(acl(op=O.ALTER_CONFIGS))
-    assert allowed(idx, O.DESCRIBE_CONFIGS)
-    assert not allowed(idx, O.ALTER)
-    assert not allowed(index(acl(op=O.DESCRIBE_CONFIGS)), O.ALTER_CONFIGS)
+    idx = index(acl(op=Op.ALTER_CONFIGS))
+    assert allowed(idx, Op.DESCRIBE_CONFIGS)
+    assert not allowed(idx, Op.ALTER)
+    assert not allowed(index(acl(op=Op.DESCRIBE_CONFIGS)), Op.ALTER_CONFIGS)
 
 
 def test_describe_does_not_imply_read() -> None:
-    assert not allowed(index(acl(op=O.DESCRIBE)), O.READ)
+    assert not allowed(index(acl(op=Op.DESCRIBE)), Op.READ)
 
 
 def test_deny_is_not_implied() -> None:
     # DENY READ does not deny DESCRIBE (which an ALLOW WRITE grants).
-    idx = index(acl(op=O.WRITE), acl(op=O.READ, perm=Perm.DENY))
-    assert allowed(idx, O.DESCRIBE)
-    assert not allowed(idx, O.READ)
+    idx = index(acl(op=Op.WRITE), acl(op=Op.READ, perm=Perm.DENY))
+    assert allowed(idx, Op.DESCRIBE)
+    assert not allowed(idx, Op.READ)
 
 
 def test_all_allows_and_denies_every_operation() -> None:
-    idx = index(acl(op=O.ALL))
-    for op in (O.READ, O.WRITE, O.CREATE, O.DELETE, O.ALTER, O.DESCRIBE,
-               O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS):
+    idx = index(acl(op=Op.ALL))
+    for op in (Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE,
+               Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS):
         assert allowed(idx, op)
-    idx.add(acl(op=O.ALL, perm=Perm.DENY))
-    assert not allowed(idx, O.DESCRIBE)
+    idx.add(acl(op=Op.ALL, perm=Perm.DENY))
+    assert not allowed(idx, Op.DESCRIBE)
 
 
 def test_authorized_operations_bits() -> None:
-    idx = index(acl(op=O.WRITE))
+    idx = index(acl(op=Op.WRITE))
     assert idx.authorized_operations("User:alice", HOST, R.TOPIC, "orders") == \
-        operations_bits([O.WRITE, O.DESCRIBE])
+        operations_bits([Op.WRITE, Op.DESCRIBE])
     assert idx.authorized_operations("User:bob", HOST, R.TOPIC, "orders") == 0
-    idx = index(acl(CLUSTER_NAME, op=O.ALL, rt=R.CLUSTER))
+    idx = index(acl(CLUSTER_NAME, op=Op.ALL, rt=R.CLUSTER))
     bits = idx.authorized_operations("User:alice", HOST, R.CLUSTER, CLUSTER_NAME)
-    assert bits == operations_bits([O.CREATE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS,
-                                    O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE, O.ALTER, O.DESCRIBE])
+    assert bits == operations_bits([Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
+                                    Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE])
 
 
 def test_allowed_on_some_topic() -> None:
     principal = "User:alice"
-    assert not index().allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
-    assert index(allow_if_no_acl=True).allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
-    assert index(acl("t", op=O.WRITE)).allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
-    assert not index(acl("t", op=O.READ)).allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
-    denied_all = index(acl("t", op=O.WRITE), acl("*", op=O.WRITE, perm=Perm.DENY))
-    assert not denied_all.allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
-    covered = index(acl("ab", op=O.WRITE, pattern=P.PREFIXED),
-                    acl("a", op=O.WRITE, perm=Perm.DENY, pattern=P.PREFIXED))
-    assert not covered.allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
-    covered.add(acl("b", op=O.WRITE))
-    assert covered.allowed_on_some(principal, HOST, O.WRITE, R.TOPIC)
+    assert not index().allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
+    assert index(allow_if_no_acl=True).allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
+    assert index(acl("t", op=Op.WRITE)).allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
+    assert not index(acl("t", op=Op.READ)).allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
+    denied_all = index(acl("t", op=Op.WRITE), acl("*", op=Op.WRITE, perm=Perm.DENY))
+    assert not denied_all.allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
+    covered = index(acl("ab", op=Op.WRITE, pattern=P.PREFIXED),
+                    acl("a", op=Op.WRITE, perm=Perm.DENY, pattern=P.PREFIXED))
+    assert not covered.allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
+    covered.add(acl("b", op=Op.WRITE))
+    assert covered.allowed_on_some(principal, HOST, Op.WRITE, R.TOPIC)
 
 
 def test_add_is_idempotent_and_remove_cleans_the_index() -> None:
@@ -190,13 +190,13 @@ def test_add_is_idempotent_and_remove_cleans_the_index() -> None:
     assert idx.remove(a)
     assert not idx.remove(a)
     assert len(idx) == 0
-    assert not allowed(idx, O.READ, "fin-x")
+    assert not allowed(idx, Op.READ, "fin-x")
     assert idx._prefix_lengths[R.TOPIC] == {}
 
 
 # --------------------------------------------------------------------------- filters
 def flt(rt: ResourceType = R.ANY, name: str | None = None, pattern: PatternType = P.ANY,
-        principal: str | None = None, host: str | None = None, op: AclOperation = O.ANY,
+        principal: str | None = None, host: str | None = None, op: AclOperation = Op.ANY,
         perm: PermissionType = Perm.ANY) -> AclFilter:
     return AclFilter(rt, name, pattern, principal, host, op, perm)
 
@@ -218,8 +218,8 @@ def test_filters() -> None:
     assert set(idx.matching(flt(R.TOPIC, pattern=P.LITERAL))) == {lit, star}
     assert idx.matching(flt(principal="User:bob")) == []
     assert idx.matching(flt(host="1.2.3.4")) == []
-    assert idx.matching(flt(op=O.WRITE)) == []
-    assert set(idx.matching(flt(op=O.READ, perm=Perm.ALLOW))) == {lit, star, pre, group}
+    assert idx.matching(flt(op=Op.WRITE)) == []
+    assert set(idx.matching(flt(op=Op.READ, perm=Perm.ALLOW))) == {lit, star, pre, group}
     assert idx.matching(flt(perm=Perm.DENY)) == []
 
 
@@ -227,7 +227,7 @@ def test_filters_with_unknown_elements_are_refused() -> None:
     with pytest.raises(AclProblem, match="Unknown patternFilter"):
         flt(pattern=P.UNKNOWN).validate()
     with pytest.raises(AclProblem, match="Unknown entryFilter"):
-        flt(op=O.UNKNOWN).validate()
+        flt(op=Op.UNKNOWN).validate()
     flt().validate()
 
 
@@ -235,7 +235,7 @@ def test_filters_with_unknown_elements_are_refused() -> None:
     (acl(rt=R.ANY), "Invalid resourceType ANY"),
     (acl(rt=R.DELEGATION_TOKEN), "not supported"),
     (acl(pattern=P.MATCH), "Invalid patternType MATCH"),
-    (acl(op=O.ANY), "Invalid operation ANY"),
+    (acl(op=Op.ANY), "Invalid operation ANY"),
     (acl(perm=Perm.ANY), "Invalid permissionType ANY"),
     (acl("other", rt=R.CLUSTER), "The only valid name for the CLUSTER resource is kafka-cluster"),
     (acl(""), "Invalid empty resource name"),
@@ -247,12 +247,12 @@ def test_invalid_new_acls(binding: AclBinding, message: str) -> None:
 
 
 def test_valid_new_acl() -> None:
-    validate_new_acl(acl(CLUSTER_NAME, rt=R.CLUSTER, op=O.ALTER))
-    validate_new_acl(acl("tx", rt=R.TRANSACTIONAL_ID, op=O.WRITE, pattern=P.PREFIXED))
+    validate_new_acl(acl(CLUSTER_NAME, rt=R.CLUSTER, op=Op.ALTER))
+    validate_new_acl(acl("tx", rt=R.TRANSACTIONAL_ID, op=Op.WRITE, pattern=P.PREFIXED))
 
 
 def test_json_round_trip() -> None:
-    a = acl("fin-", pattern=P.PREFIXED, op=O.ALTER_CONFIGS, perm=Perm.DENY, host="::1")
+    a = acl("fin-", pattern=P.PREFIXED, op=Op.ALTER_CONFIGS, perm=Perm.DENY, host="::1")
     assert AclBinding.from_json(a.to_json()) == a  # type: ignore[arg-type]
 
 
@@ -264,7 +264,7 @@ def test_many_principals_against_a_brute_force_reference() -> None:
     principals = [f"User:u{i}" for i in range(60)] + ["User:*"]
     hosts = ["*", "10.0.0.1", "10.0.0.2"]
     names = ["a", "ab", "abc", "b", "*", "abd", "x"]
-    ops = [O.READ, O.WRITE, O.DESCRIBE, O.ALL, O.ALTER, O.ALTER_CONFIGS, O.DESCRIBE_CONFIGS]
+    ops = [Op.READ, Op.WRITE, Op.DESCRIBE, Op.ALL, Op.ALTER, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS]
     acls = {acl(rng.choice(names), rng.choice(principals), rng.choice(ops),
                 rng.choice([Perm.ALLOW, Perm.ALLOW, Perm.DENY]),
                 pattern=rng.choice([P.LITERAL, P.PREFIXED]), host=rng.choice(hosts))
@@ -280,17 +280,17 @@ def test_many_principals_against_a_brute_force_reference() -> None:
             return True
         relevant = [a for a in on_resource if a.principal in (principal, "User:*")
                     and a.host in ("*", host)]
-        if any(a.permission is Perm.DENY and a.operation in (op, O.ALL) for a in relevant):
+        if any(a.permission is Perm.DENY and a.operation in (op, Op.ALL) for a in relevant):
             return False
-        implied = {O.DESCRIBE: {O.READ, O.WRITE, O.DELETE, O.ALTER},
-                   O.DESCRIBE_CONFIGS: {O.ALTER_CONFIGS}}.get(op, set())
-        return any(a.permission is Perm.ALLOW and a.operation in ({op, O.ALL} | implied)
+        implied = {Op.DESCRIBE: {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER},
+                   Op.DESCRIBE_CONFIGS: {Op.ALTER_CONFIGS}}.get(op, set())
+        return any(a.permission is Perm.ALLOW and a.operation in ({op, Op.ALL} | implied)
                    for a in relevant)
 
     checked = 0
     for principal in principals[:-1] + ["User:nobody"]:
         for host in ("10.0.0.1", "10.0.0.2"):
-            for op in (O.READ, O.WRITE, O.DESCRIBE, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS):
+            for op in (Op.READ, Op.WRITE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS):
                 for name in ("a", "ab", "abc", "abcd", "b", "x", "y", "*"):
                     got = idx.decide(principal, host, op, R.TOPIC, name).allowed
                     assert got == reference(principal, host, op, name), (principal, host, op,
@@ -303,11 +303,11 @@ def test_lookup_cost_does_not_grow_with_acls_on_other_resources() -> None:
     """100k ACLs on other topics and prefixes: a decision still takes microseconds."""
     idx = AclIndex()
     for i in range(50_000):
-        idx.add(acl(f"topic-{i}", f"User:u{i % 500}", O.WRITE))
-        idx.add(acl(f"pre{i % 40}-{i}", f"User:u{i % 500}", O.READ, pattern=P.PREFIXED))
-    idx.add(acl("orders", "User:alice", O.WRITE))
+        idx.add(acl(f"topic-{i}", f"User:u{i % 500}", Op.WRITE))
+        idx.add(acl(f"pre{i % 40}-{i}", f"User:u{i % 500}", Op.READ, pattern=P.PREFIXED))
+    idx.add(acl("orders", "User:alice", Op.WRITE))
     started = time.perf_counter()
     for _ in range(10_000):
-        assert idx.decide("User:alice", HOST, O.WRITE, R.TOPIC, "orders").allowed
+        assert idx.decide("User:alice", HOST, Op.WRITE, R.TOPIC, "orders").allowed
     per_decision = (time.perf_counter() - started) / 10_000
     assert per_decision < 50e-6, per_decision
