@@ -315,3 +315,48 @@ async def test_create_topics_needs_create(start_broker: Any) -> None:
     assert await create("a") == ErrorCode.none
     running.broker.authorizer.add([binding(CLUSTER_NAME, Op.CREATE, rt=R.CLUSTER)], "test")
     assert await create("b") == ErrorCode.none
+
+
+async def test_allowed_decisions_are_logged_only_at_debug(start_broker: Any,
+                                                          log_events: Any) -> None:
+    running = await start_broker({**ADMIN, "logging.level": "DEBUG"})
+    running.broker.log_manager.create_topic("t", 1)
+    assert await _produce(running.port, "t") == ErrorCode.none
+    allowed = log_events.events("authorization_allowed")
+    assert allowed and allowed[-1]["reason"] == "super user"
+    assert allowed[-1]["level"] == "debug" and allowed[-1]["operation"] == "WRITE"
+
+
+async def test_fetch_and_configs_and_quotas_are_authorized(start_broker: Any) -> None:
+    from tests.server.test_produce_fetch import fetch_body
+
+    running = await start_broker(ON)
+    running.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(running.port)
+    body = await client.request(1, 12, fetch_body(12, {("t", 0): 0}, max_wait_ms=0))
+    assert body.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+    m = mod(32, 4)
+    body = await client.request(32, 4, m.DescribeConfigsRequest(resources=(
+        m.DescribeConfigsResource(resource_type=i8(2), resource_name="t",
+                                  configuration_keys=None),
+        m.DescribeConfigsResource(resource_type=i8(4), resource_name="1",
+                                  configuration_keys=None)),
+        include_synonyms=False, include_documentation=False))
+    assert [r.error_code for r in body.results] == [ErrorCode.topic_authorization_failed,
+                                                    ErrorCode.cluster_authorization_failed]
+    m = mod(48, 1)
+    body = await client.request(48, 1, m.DescribeClientQuotasRequest(components=(),
+                                                                     strict=False))
+    assert body.error_code == ErrorCode.cluster_authorization_failed
+    running.broker.authorizer.add([binding("t", Op.READ),
+                                   binding("t", Op.ALTER_CONFIGS)], "test")
+    body = await client.request(1, 12, fetch_body(12, {("t", 0): 0}, max_wait_ms=0))
+    assert body.responses[0].partitions[0].error_code == ErrorCode.none
+    m = mod(32, 4)
+    body = await client.request(32, 4, m.DescribeConfigsRequest(resources=(
+        m.DescribeConfigsResource(resource_type=i8(2), resource_name="t",
+                                  configuration_keys=None),),
+        include_synonyms=False, include_documentation=False))
+    assert body.results[0].error_code == ErrorCode.none
+    await client.aclose()
