@@ -237,6 +237,10 @@ def _applies(acl: AclBinding, principals: tuple[str, str], host: str,
     return False
 
 
+#: Most decisions remembered by an :class:`AclIndex` between changes.
+CACHE_SIZE = 65536
+
+
 class AclIndex:
     """The ACLs of the broker, indexed for decisions and filters."""
 
@@ -250,6 +254,9 @@ class AclIndex:
         #: ``{(resource type, prefix): acls}`` and, per type, the prefix lengths in use.
         self._prefixed: dict[tuple[ResourceType, str], set[AclBinding]] = {}
         self._prefix_lengths: dict[ResourceType, dict[int, int]] = {}
+        #: Decisions already made, until the next change (a producer asks the same question on
+        #: every request); bounded by clearing it when it grows past CACHE_SIZE.
+        self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], Decision] = {}
 
     def __len__(self) -> int:
         return len(self._all)
@@ -265,6 +272,7 @@ class AclIndex:
         """Add one binding; False if it was there already (adding is idempotent, as Kafka)."""
         if acl in self._all:
             return False
+        self._cache.clear()
         self._all.add(acl)
         key = (acl.resource_type, acl.name)
         if acl.pattern_type is PatternType.PREFIXED:
@@ -278,6 +286,7 @@ class AclIndex:
     def remove(self, acl: AclBinding) -> bool:
         if acl not in self._all:
             return False
+        self._cache.clear()
         self._all.discard(acl)
         key = (acl.resource_type, acl.name)
         table = self._prefixed if acl.pattern_type is PatternType.PREFIXED else self._literal
@@ -319,6 +328,16 @@ class AclIndex:
     def decide(self, principal: str, host: str, op: AclOperation, rt: ResourceType,
                name: str) -> Decision:
         """Whether ``principal`` connecting from ``host`` may do ``op`` on the resource."""
+        key = (principal, host, op, rt, name)
+        decision = self._cache.get(key)
+        if decision is None:
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            decision = self._cache[key] = self._decide(principal, host, op, rt, name)
+        return decision
+
+    def _decide(self, principal: str, host: str, op: AclOperation, rt: ResourceType,
+                name: str) -> Decision:
         if principal in self.super_users:
             return Decision(True, None, "super user")
         principals = (principal, WILDCARD_PRINCIPAL)
