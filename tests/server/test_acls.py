@@ -279,8 +279,10 @@ async def test_describe_cluster_authorized_operations(start_broker: Any) -> None
         return int(body.cluster_authorized_operations)
 
     assert await ops() == 0
+    running.broker.authorizer.add([binding(CLUSTER_NAME, Op.CREATE, rt=R.CLUSTER)], "test")
+    assert await ops() == 0  # without DESCRIBE on the cluster: 0, as Kafka
     running.broker.authorizer.add([binding(CLUSTER_NAME, Op.ALTER, rt=R.CLUSTER)], "test")
-    assert await ops() == operations_bits([Op.ALTER, Op.DESCRIBE])
+    assert await ops() == operations_bits([Op.CREATE, Op.ALTER, Op.DESCRIBE])
 
 
 async def test_join_group_needs_group_read(start_broker: Any) -> None:

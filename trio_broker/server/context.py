@@ -127,6 +127,15 @@ class RequestContext:
         return authorizer.authorized_operations(self.connection.principal, self.connection.peer,
                                                 resource_type, name)
 
+    def cluster_authorized_operations(self, unrestricted: int) -> int:
+        """The cluster's authorized-operations field (Metadata, DescribeCluster): 0 without
+        DESCRIBE on the cluster, as Kafka's ``computeDescribeClusterResponse``."""
+        if self.broker.authorizer is None:
+            return unrestricted
+        if not self.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return 0
+        return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME, unrestricted)
+
     def throttle(self, throttle_ms: int, quota_type: str, *, wins_ties: bool = False) -> None:
         """Throttle the response for a quota; the longest throttle wins. Kafka names the
         request quota on a tie with a byte-rate or mutation quota (``wins_ties``)."""

@@ -6,7 +6,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..acl import CLUSTER_NAME, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import CLUSTER_OPERATIONS, OPERATIONS_OMITTED, build, response_module, throttle
@@ -43,7 +42,6 @@ async def handle_describe_cluster(ctx: RequestContext, body: Any) -> Any:
         module.DescribeClusterResponse, throttle_time=throttle(ctx), error_code=code,
         error_message=message, endpoint_type=endpoint_type, cluster_id=ctx.broker.cluster_id,
         controller_id=ctx.broker.node_id, brokers=brokers,
-        cluster_authorized_operations=ctx.authorized_operations(
-            ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS) if with_ops
-        else OPERATIONS_OMITTED,
+        cluster_authorized_operations=ctx.cluster_authorized_operations(CLUSTER_OPERATIONS)
+        if with_ops else OPERATIONS_OMITTED,
     )

@@ -17,7 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...storage.log import LEADER_EPOCH
-from ..acl import CLUSTER_NAME, AclOperation, ResourceType
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import (
@@ -203,7 +203,7 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
         controller_id=ctx.broker.node_id,
         topics=tuple(entries),
         cluster_authorized_operations=(
-            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+            ctx.cluster_authorized_operations(CLUSTER_OPERATIONS)
             if with_cluster_ops else OPERATIONS_OMITTED
         ),
     )
