@@ -134,10 +134,12 @@ async def handle_offset_delete(ctx: RequestContext, body: Any) -> Any:
     wanted = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
     coord = coordinator(ctx)
     # KafkaApis.handleOffsetDeleteRequest: DELETE on the group, READ on each topic.
-    denied = {t.name for t in body.topics
-              if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)}
     results: dict[tuple[str, int], int]
-    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, body.group_id):
+    group_allowed = ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, body.group_id)
+    denied = {t.name for t in body.topics
+              if group_allowed and not ctx.authorize(AclOperation.READ, ResourceType.TOPIC,
+                                                     t.name)}
+    if not group_allowed:
         error, results = int(ErrorCode.group_authorization_failed), {}
     elif coord is None:
         error, results = int(ErrorCode.coordinator_not_available), {}
