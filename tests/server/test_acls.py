@@ -362,3 +362,43 @@ async def test_fetch_and_configs_and_quotas_are_authorized(start_broker: Any) ->
         include_synonyms=False, include_documentation=False))
     assert body.results[0].error_code == ErrorCode.none
     await client.aclose()
+
+
+async def test_offset_commit_and_fetch_need_group_then_topic(start_broker: Any) -> None:
+    running = await start_broker(ON)
+    for name in ("a", "b"):
+        running.broker.log_manager.create_topic(name, 1)
+    authorizer = running.broker.authorizer
+    m = mod(8, 8)
+    f = mod(9, 8)
+    client = await WireClient.connect(running.port)
+
+    async def commit() -> dict[str, ErrorCode]:
+        body = await client.request(8, 8, m.OffsetCommitRequest(
+            group_id="g", generation_id_or_member_epoch=i32(-1), member_id="",
+            topics=tuple(m.OffsetCommitRequestTopic(name=t, partitions=(
+                m.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=5,
+                                               committed_metadata=None),))
+                for t in ("a", "b"))))
+        return {t.name: t.partitions[0].error_code for t in body.topics}
+
+    async def fetch(topics: tuple[str, ...] | None) -> tuple[ErrorCode, dict[str, Any]]:
+        body = await client.request(9, 8, f.OffsetFetchRequest(groups=(f.OffsetFetchRequestGroup(
+            group_id="g", topics=None if topics is None else tuple(
+                f.OffsetFetchRequestTopics(name=t, partition_indexes=(i32(0),))
+                for t in topics)),), require_stable=False))
+        group = body.groups[0]
+        return group.error_code, {t.name: (t.partitions[0].error_code,
+                                           t.partitions[0].committed_offset)
+                                  for t in group.topics}
+
+    assert await commit() == {"a": ErrorCode.group_authorization_failed,
+                              "b": ErrorCode.group_authorization_failed}
+    assert (await fetch(None))[0] == ErrorCode.group_authorization_failed
+    authorizer.add([binding("g", Op.READ, rt=R.GROUP), binding("a", Op.READ)], "test")
+    assert await commit() == {"a": ErrorCode.none, "b": ErrorCode.topic_authorization_failed}
+    # all topics: the unauthorized ones are left out; named: TOPIC_AUTHORIZATION_FAILED
+    assert await fetch(None) == (ErrorCode.none, {"a": (ErrorCode.none, 5)})
+    assert await fetch(("a", "b")) == (ErrorCode.none, {
+        "a": (ErrorCode.none, 5), "b": (ErrorCode.topic_authorization_failed, -1)})
+    await client.aclose()
