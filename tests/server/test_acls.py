@@ -309,14 +309,22 @@ async def test_create_topics_needs_create(start_broker: Any) -> None:
                                      replication_factor=i16(-1), assignments=(), configs=()),),
             timeout=datetime.timedelta(seconds=5), validate_only=False))
         await client.aclose()
+        last[:] = [body.topics[0]]
         code: ErrorCode = body.topics[0].error_code
         return code
+
+    last: list[Any] = []
 
     assert await create("a") == ErrorCode.topic_authorization_failed
     running.broker.authorizer.add([binding("a", Op.CREATE)], "test")
     assert await create("a") == ErrorCode.none
-    running.broker.authorizer.add([binding(CLUSTER_NAME, Op.CREATE, rt=R.CLUSTER)], "test")
+    # the configs come back only with DESCRIBE_CONFIGS on the topic
+    assert last[0].topic_config_error_code == ErrorCode.topic_authorization_failed
+    assert last[0].configs == ()
+    running.broker.authorizer.add([binding(CLUSTER_NAME, Op.CREATE, rt=R.CLUSTER),
+                                   binding("b", Op.DESCRIBE_CONFIGS)], "test")
     assert await create("b") == ErrorCode.none
+    assert last[0].topic_config_error_code == 0 and last[0].configs
 
 
 async def test_allowed_decisions_are_logged_only_at_debug(start_broker: Any,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
 
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
@@ -124,7 +125,13 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
                                   "topic_id": None, "configs": ()}
         if info is not None:
             fields.update(topic_id=info.topic_id, num_partitions=info.num_partitions,
-                          replication_factor=1, configs=_described(lm, module, info.name))
+                          replication_factor=1)
+            # Kafka returns the configs only with DESCRIBE_CONFIGS on the topic.
+            if ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name,
+                             log_if_denied=False):
+                fields["configs"] = _described(lm, module, info.name)
+            else:
+                fields["topic_config_error_code"] = i16(ErrorCode.topic_authorization_failed)
         return build(module.CreatableTopicResult, **fields)
 
     for topic in body.topics:
