@@ -410,3 +410,11 @@ async def test_offset_commit_and_fetch_need_group_then_topic(start_broker: Any) 
     assert await fetch(("a", "b")) == (ErrorCode.none, {
         "a": (ErrorCode.none, 5), "b": (ErrorCode.topic_authorization_failed, -1)})
     await client.aclose()
+
+
+async def test_an_unreadable_acl_file_stops_the_start(start_broker: Any, tmp_path: Any) -> None:
+    data = tmp_path / "bad-acls"
+    data.mkdir()
+    (data / ACLS_FILE).write_text('{"version": 1, "acls": [{"resource_type": "NOPE"}]}')
+    with pytest.raises(RuntimeError, match="cannot read the ACLs"):
+        await start_broker(ON, **{"log.dirs": str(data)})

@@ -113,14 +113,15 @@ class BrokerApp:
         emit("broker_starting", version=__version__, data_dir=str(config.data_dir),
              ignored_config_keys=",".join(config.ignored_keys))
         cluster_id = await trio.to_thread.run_sync(load_or_create_cluster_id, config)
+        # Before storage is opened (and locked): an unreadable ACL file stops the start cleanly.
+        authorizer = Authorizer.from_config(config.data_dir, config)
+        if authorizer is not None:
+            await trio.to_thread.run_sync(authorizer.load)
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
         client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas, config)
         self.metrics.watch_quotas(client_quotas.managers)
         await trio.to_thread.run_sync(client_quotas.load)
         self.metrics.watch_logs(log_manager)
-        authorizer = Authorizer.from_config(config.data_dir, config)
-        if authorizer is not None:
-            await trio.to_thread.run_sync(authorizer.load)
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics,

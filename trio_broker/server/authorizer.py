@@ -85,9 +85,15 @@ class Authorizer:
         """Read the ACLs saved by an earlier run (blocking: call at start-up)."""
         if not self.path.exists():
             return
-        data = json.loads(self.path.read_text(encoding="utf-8"))
-        for entry in data.get("acls", ()):
-            self.index.add(AclBinding.from_json(entry))
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            acls = [AclBinding.from_json(entry) for entry in data["acls"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            # Starting without the ACLs would open or close everything: refuse, as Kafka
+            # refuses to start on unreadable metadata.
+            raise RuntimeError(f"cannot read the ACLs in {self.path}: {exc!r}") from exc
+        for acl in acls:
+            self.index.add(acl)
         emit("acls_loaded", path=str(self.path), count=len(self.index))
 
     def _snapshot(self) -> str:
