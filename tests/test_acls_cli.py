@@ -69,3 +69,14 @@ def test_unreachable_broker() -> None:
     status, _, err = run("--bootstrap-server", "127.0.0.1:1", "--list")
     assert status == 1
     assert "Error while executing ACL command" in err
+
+
+def test_command_config_security_protocol(tmp_path: object) -> None:
+    from pathlib import Path
+
+    config = Path(str(tmp_path)) / "client.properties"
+    config.write_text("security.protocol=SASL_SSL\n")
+    status, _, err = run("--bootstrap-server", "127.0.0.1:1", "--list", "--command-config",
+                         str(config))
+    assert status == 1
+    assert "security.protocol=SASL_SSL is not supported" in err

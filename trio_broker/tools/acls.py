@@ -27,11 +27,13 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from kio.schema.errors import ErrorCode
 
 from .. import __version__
+from ..config import parse_properties
 from ..server.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -368,6 +370,22 @@ def check_options(ns: argparse.Namespace) -> None:
                                "present separating the principal type from the principal name)")
 
 
+def _client_settings(path: str | None) -> dict[str, str]:
+    """``--command-config``: client.id and request.timeout.ms are used; PLAINTEXT only."""
+    if path is None:
+        return {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{path}: {exc.strerror}") from None
+    settings = parse_properties(text)
+    protocol = settings.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT":
+        raise CommandError(f"security.protocol={protocol} is not supported by trio_broker "
+                           "acls (PLAINTEXT only)")
+    return settings
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
          err: TextIO | None = None, stdin: TextIO | None = None) -> int:
     """Run the command; 0 on success, 1 on any error."""
@@ -397,7 +415,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             print(question, file=out, flush=True)
             return reader.readline().strip().lower() == "y"
 
-        with AdminConnection.connect(ns.bootstrap_server, client_id="trio-broker-acls") as conn:
+        settings = _client_settings(ns.command_config)
+        timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
+        with AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
+                                     client_id=settings.get("client.id", "trio-broker-acls")
+                                     ) as conn:
             if ns.add:
                 run_add(conn, ns, pattern, out)
             elif ns.remove:
