@@ -418,3 +418,25 @@ async def test_an_unreadable_acl_file_stops_the_start(start_broker: Any, tmp_pat
     (data / ACLS_FILE).write_text('{"version": 1, "acls": [{"resource_type": "NOPE"}]}')
     with pytest.raises(RuntimeError, match="cannot read the ACLs"):
         await start_broker(ON, **{"log.dirs": str(data)})
+
+
+async def test_describe_topic_partitions_needs_describe(start_broker: Any) -> None:
+    running = await start_broker(ON)
+    for name in ("seen", "hidden"):
+        running.broker.log_manager.create_topic(name, 1)
+    running.broker.authorizer.add([binding("seen", Op.READ)], "test")
+    m = mod(75, 0)
+
+    async def describe(names: tuple[str, ...]) -> list[tuple[str, ErrorCode, int]]:
+        client = await WireClient.connect(running.port)
+        body = await client.request(75, 0, m.DescribeTopicPartitionsRequest(
+            topics=tuple(m.TopicRequest(name=n) for n in names),
+            response_partition_limit=i32(100), cursor=None))
+        await client.aclose()
+        return [(t.name, t.error_code, t.topic_authorized_operations) for t in body.topics]
+
+    read_ops = operations_bits([Op.READ, Op.DESCRIBE])
+    assert await describe(()) == [("seen", ErrorCode.none, read_ops)]
+    assert sorted(await describe(("hidden", "seen"))) == [
+        ("hidden", ErrorCode.topic_authorization_failed, -(2**31)),
+        ("seen", ErrorCode.none, read_ops)]
