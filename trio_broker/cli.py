@@ -1,5 +1,5 @@
 """The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
-print the ``config`` docs."""
+manage ``acls``, print the ``config`` docs."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         "quotas", add_help=False,
         help="describe or alter client quotas of a running broker, with kafka-configs.sh's "
              "options (trio_broker quotas --help)")
+    commands.add_parser(
+        "acls", add_help=False,
+        help="add, remove or list ACLs of a running broker, with kafka-acls.sh's options "
+             "(trio_broker acls --help)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -73,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools.quotas import main as quotas_main
 
         return quotas_main(args_list[1:])
+    if args_list[:1] == ["acls"]:
+        from .tools.acls import main as acls_main
+
+        return acls_main(args_list[1:])
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":

@@ -522,6 +522,22 @@ class BrokerConfig:
     offset_metadata_max_bytes: int = setting(
         "offset.metadata.max.bytes", 4096, "Largest metadata string of a committed offset.",
         validator=at_least(0), group="Groups")
+    # -- authorization (ACLs)
+    authorizer_class_name: str = _str_setting(
+        "authorizer.class.name", "",
+        "Turns ACL authorization on: org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+        "(also kafka.security.authorizer.AclAuthorizer, or the alias standard). Empty: off, "
+        "every request is allowed.", validator=one_of(
+            "", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "kafka.security.authorizer.AclAuthorizer", "standard"), group="Security")
+    super_users: str = _str_setting(
+        "super.users", "",
+        "Principals allowed everything, separated by semicolons (User:admin;User:ops).",
+        group="Security")
+    allow_everyone_if_no_acl_found: bool = _bool_setting(
+        "allow.everyone.if.no.acl.found", False,
+        "Allow a request on a resource that has no ACL at all (otherwise denied).",
+        group="Security")
     # -- observability
     metrics_prometheus_listener: str | None = _str_setting(
         "metrics.prometheus.listener", None,

@@ -83,6 +83,9 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
     45: [(0, 99, ("topics", "responses", [("name", "name")])),
          (0, 99, ("topics.partitions", "responses.partitions",
                   [("partition_index", "partition_index")]))],
+    # CreateAcls / DeleteAcls: nCopies of the error result, one per creation / filter.
+    30: [(0, 99, ("creations", "results", []))],
+    31: [(0, 99, ("filters", "filter_results", []))],
     49: [(0, 99, ("entries", "entries", [])),
          (0, 99, ("entries.entity", "entries.entity",
                   [("entity_type", "entity_type"), ("entity_name", "entity_name")]))],
@@ -185,8 +188,8 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
     with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49,
-                   75}
-    no_arrays = {12, 14, 16, 18, 22, 48, 60}  # nothing to echo (48: entries are null)
+                   75, 30, 31}
+    no_arrays = {12, 14, 16, 18, 22, 29, 48, 60}  # nothing to echo (48: entries are null)
     assert set(supported_versions()) == with_arrays | no_arrays
 
 

@@ -89,7 +89,10 @@ def broker_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         "log.dirs": str(tmp_path_factory.mktemp("random-requests")),
         "logging.metrics.snapshot.interval.ms": "0",
         "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1",
-        "shutdown.graceful.timeout.ms": "500"}))
+        "shutdown.graceful.timeout.ms": "500",
+        # Authorization on, open while no ACL matches: random CreateAcls bodies are validated
+        # and stored, and the ACLs they leave behind take every handler through its denials.
+        "authorizer.class.name": "standard", "allow.everyone.if.no.acl.found": "true"}))
     ready = threading.Event()
     tokens: list[trio.lowlevel.TrioToken] = []
 

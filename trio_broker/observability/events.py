@@ -59,6 +59,8 @@ REQUIRED_COMMON_FIELDS = ("timestamp", "event")
 
 _LISTENER = {"listener": STRING}
 _GROUP = {**CONNECTION_FIELDS, "group_id": STRING}
+_AUTHZ = {**CONNECTION_FIELDS, "principal": STRING, "host": STRING, "operation": STRING,
+          "resource_type": STRING, "resource_name": STRING, "reason": STRING}
 
 #: The canonical per-request line, with Kafka's request-time breakdown in milliseconds.
 REQUEST_FIELDS: Mapping[str, str] = {
@@ -163,6 +165,19 @@ _EVENT_LIST = [
            "throttle_ms": DOUBLE}),
     _spec("throttle_ended", "A throttled connection may read again.",
           {**CONNECTION_FIELDS, "client_id": STRING, "user": STRING}),
+    # -- authorization (ACLs)
+    _spec("authorization_denied", "The authorizer denied an operation on a resource (Kafka's "
+          "authorizer log at INFO). host is the client's IP; reason says why (no matching "
+          "ALLOW ACL, or denied by ACL).", _AUTHZ, required=("principal", "operation")),
+    _spec("authorization_allowed", "The authorizer allowed an operation; written only when "
+          "logging.level is DEBUG (Kafka logs allowed decisions at DEBUG).", _AUTHZ, "debug"),
+    _spec("acl_changed", "CreateAcls or DeleteAcls added or removed an ACL. principal is the "
+          "requester, acl_principal the ACL's.",
+          {**CONNECTION_FIELDS, "action": STRING, "principal": STRING, "acl_principal": STRING,
+           "resource_type": STRING, "resource_name": STRING, "pattern_type": STRING,
+           "host": STRING, "operation": STRING, "permission": STRING}),
+    _spec("acls_loaded", "The ACLs saved in the data directory were loaded at start-up.",
+          {"path": STRING, "count": LONG}),
     # -- storage
     _spec("log_manager_opened", "The storage layer loaded its topics (after any recovery).",
           {"data_dir": STRING, "topics": LONG, "partitions": LONG, "clean_shutdown": BOOLEAN,

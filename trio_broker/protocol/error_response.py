@@ -79,6 +79,9 @@ class _Override:
     instead_of_null: Mapping[str, Any] = attrs.field(factory=dict)
     #: error_message fields get Kafka's default message for the code (``error.message()``).
     message: bool = False
+    #: Response array (dotted path) → the request array it answers entry for entry, where
+    #: the entries share no field the generic pairing could go by (the ACL APIs).
+    paired: Mapping[str, str] = attrs.field(factory=dict)
 
 
 _NONE = _Override()
@@ -108,6 +111,9 @@ _OVERRIDES: dict[int, list[tuple[int, int, _Override]]] = {
     48: [(0, 99, _Override(null=frozenset({"entries"})))],
     # AlterClientQuotasRequest: error.message() in each entry.
     49: [(0, 99, _Override(message=True))],
+    # CreateAclsRequest / DeleteAclsRequest: one result per creation / filter (nCopies).
+    30: [(0, 99, _Override(paired={"results": "creations"}))],
+    31: [(0, 99, _Override(paired={"filter_results": "filters"}))],
 }
 
 
@@ -289,8 +295,10 @@ class _Builder:
         for f in _fields(cls):
             child_path = f"{path}.{f.name}" if path else f.name
             if f.entity is not None and f.array:
-                values[f.name] = self._array(f, request, request_cls, pairs.get(f.name),
-                                             child_path)
+                pair = pairs.get(f.name)
+                if pair is None and child_path in self.override.paired:
+                    pair = (self.override.paired[child_path], False)
+                values[f.name] = self._array(f, request, request_cls, pair, child_path)
                 continue
             value = self._scalar(f, child_path)
             if identity is not None and f.name in identity:

@@ -32,6 +32,7 @@ from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
 from ..storage.manager import LogManager
+from .authorizer import Authorizer
 from .broker import Broker
 from .client_quotas import ClientQuotas
 from .handler_pool import RequestHandlerPool
@@ -112,6 +113,10 @@ class BrokerApp:
         emit("broker_starting", version=__version__, data_dir=str(config.data_dir),
              ignored_config_keys=",".join(config.ignored_keys))
         cluster_id = await trio.to_thread.run_sync(load_or_create_cluster_id, config)
+        # Before storage is opened (and locked): an unreadable ACL file stops the start cleanly.
+        authorizer = Authorizer.from_config(config.data_dir, config)
+        if authorizer is not None:
+            await trio.to_thread.run_sync(authorizer.load)
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
         client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas, config)
         self.metrics.watch_quotas(client_quotas.managers)
@@ -119,7 +124,8 @@ class BrokerApp:
         self.metrics.watch_logs(log_manager)
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
-                        client_quotas=client_quotas, topic_metrics=self.metrics.topics)
+                        client_quotas=client_quotas, topic_metrics=self.metrics.topics,
+                        authorizer=authorizer)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)

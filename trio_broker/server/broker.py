@@ -8,6 +8,7 @@ from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
 from ..observability.metrics import BrokerTopicMetrics
 from ..storage.manager import LogManager
+from .authorizer import Authorizer
 from .client_quotas import ClientQuotas
 from .fetch_session import FetchSessionCache
 from .purgatory import Purgatory
@@ -31,6 +32,8 @@ class Broker:
                               takes_self=True))
     #: Client quotas (connection creation rate of IPs); None when no socket server runs.
     client_quotas: ClientQuotas | None = None
+    #: ACL authorization; None when ``authorizer.class.name`` is empty (everything allowed).
+    authorizer: Authorizer | None = None
     #: Advertised endpoint of each listener (by upper-case name), known once bound.
     advertised: dict[str, Endpoint] = attrs.field(factory=dict)
     #: Where parked (delayed) operations wait; its tasks run while the broker runs.

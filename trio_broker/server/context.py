@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..protocol.codec import DecodedRequest
+from .acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -103,6 +104,37 @@ class RequestContext:
     def user(self) -> str:
         """The quota user of the request's connection."""
         return self.connection.user
+
+    def authorize(self, op: AclOperation, resource_type: ResourceType,
+                  name: str = CLUSTER_NAME, *, log_if_denied: bool = True) -> bool:
+        """Whether the request's principal, from its peer's IP, may do ``op`` on the resource
+        (always, when authorization is off). The one entry point of every handler's checks,
+        as Kafka's ``AuthHelper.authorize``."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        connection = self.connection
+        return authorizer.authorize(connection.principal, connection.peer, op, resource_type,
+                                    name, log_if_denied=log_if_denied)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str,
+                              unrestricted: int) -> int:
+        """An authorized-operations bit field: ``unrestricted`` (what the resource supports)
+        when authorization is off, else the operations the principal may do."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return unrestricted
+        return authorizer.authorized_operations(self.connection.principal, self.connection.peer,
+                                                resource_type, name)
+
+    def cluster_authorized_operations(self, unrestricted: int) -> int:
+        """The cluster's authorized-operations field (Metadata, DescribeCluster): 0 without
+        DESCRIBE on the cluster, as Kafka's ``computeDescribeClusterResponse``."""
+        if self.broker.authorizer is None:
+            return unrestricted
+        if not self.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return 0
+        return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME, unrestricted)
 
     def throttle(self, throttle_ms: int, quota_type: str, *, wins_ties: bool = False) -> None:
         """Throttle the response for a quota; the longest throttle wins. Kafka names the

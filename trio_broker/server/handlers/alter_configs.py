@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import NO_STORAGE, build, duplicates, error_of, response_module, throttle
@@ -23,6 +24,7 @@ from .describe_configs import (
     TOPIC_CONFIG_TYPES,
     TOPIC_RESOURCE,
     broker_resource_problem,
+    config_authorization_error,
 )
 
 ALTER_CONFIGS = 33
@@ -126,6 +128,9 @@ async def _alter(ctx: RequestContext, body: Any, api_key: int, *, incremental: b
             if (kind, name) in repeated:
                 raise _Refused(ErrorCode.invalid_request,
                                f"Error due to duplicate resource {name} of type {kind}")
+            denied = config_authorization_error(ctx, kind, name, AclOperation.ALTER_CONFIGS)
+            if denied is not None:
+                raise _Refused(denied, "Authorization failed.")
             _check_resource(ctx, kind, name)
             if incremental:
                 changes = _incremental_changes(ctx, name, resource.configs)

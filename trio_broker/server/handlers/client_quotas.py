@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..client_quotas import USER, Alteration, Entity, QuotaProblem
 from ..context import RequestContext
 from ..registry import api_handler
@@ -39,6 +40,8 @@ async def handle_describe_client_quotas(ctx: RequestContext, body: Any) -> Any:
         return build(module.DescribeClientQuotasResponse, throttle_time=throttle(ctx),
                      error_code=code, error_message=message, entries=entries)
 
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
+        return answer(ErrorCode.cluster_authorization_failed, None, None)
     if quotas is None:
         return answer(ErrorCode.invalid_request, _UNAVAILABLE, None)
     try:
@@ -64,7 +67,11 @@ async def handle_alter_client_quotas(ctx: RequestContext, body: Any) -> Any:
                              for op in entry.ops))
         for entry in body.entries]
     results: list[tuple[Entity, QuotaProblem | None]]
-    if quotas is None:
+    if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER):
+        results = [(tuple(a.entity), QuotaProblem("cluster_authorization_failed",
+                                                  "Cluster authorization failed."))
+                   for a in alterations]
+    elif quotas is None:
         results = [(tuple(a.entity), QuotaProblem("invalid_request", _UNAVAILABLE))
                    for a in alterations]
     else:

@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
@@ -67,6 +68,8 @@ async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
                 continue
             reported.add(name)
             code, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        elif not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, name):
+            code, message = ErrorCode.topic_authorization_failed, "Authorization failed."
         elif lm is None:
             code, message = NO_STORAGE
         else:

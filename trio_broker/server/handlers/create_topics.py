@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
@@ -114,13 +116,22 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
     results: list[Any] = []
     reported: set[str] = set()
     mutations = controller_mutation_quota(ctx, STRICT_QUOTA_SINCE)
+    # ControllerApis.createTopics: CREATE on the cluster, else CREATE on each topic.
+    cluster_create = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER,
+                                   log_if_denied=False)
 
     def result(name: str, code: ErrorCode, message: str | None, info: Any = None) -> Any:
         fields: dict[str, Any] = {"name": name, "error_code": code, "error_message": message,
                                   "topic_id": None, "configs": ()}
         if info is not None:
             fields.update(topic_id=info.topic_id, num_partitions=info.num_partitions,
-                          replication_factor=1, configs=_described(lm, module, info.name))
+                          replication_factor=1)
+            # Kafka returns the configs only with DESCRIBE_CONFIGS on the topic.
+            if ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name,
+                             log_if_denied=False):
+                fields["configs"] = _described(lm, module, info.name)
+            else:
+                fields["topic_config_error_code"] = i16(ErrorCode.topic_authorization_failed)
         return build(module.CreatableTopicResult, **fields)
 
     for topic in body.topics:
@@ -132,6 +143,11 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
                 results.append(result(name, ErrorCode.invalid_request,
                                       f"Create topics request contains multiple entries for "
                                       f"the topic {name}."))
+            continue
+        if not cluster_create and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC,
+                                                    name):
+            results.append(result(name, ErrorCode.topic_authorization_failed,
+                                  "Authorization failed."))
             continue
         problem = topic_name_problem(name)
         if problem is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, is_internal_topic, response_module, throttle
@@ -26,11 +27,14 @@ async def handle_delete_records(ctx: RequestContext, body: Any) -> Any:
     lm = ctx.broker.log_manager
     topics = []
     for topic in body.topics:
+        denied = not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic.name)
         partitions = []
         for part in topic.partitions:
             index = int(part.partition_index)
             code, low = ErrorCode.none, -1
-            if lm is None or lm.get_partition(topic.name, index) is None:
+            if denied:
+                code = ErrorCode.topic_authorization_failed
+            elif lm is None or lm.get_partition(topic.name, index) is None:
                 code = ErrorCode.unknown_topic_or_partition
             elif is_internal_topic(topic.name, lm.topics.get(topic.name)):
                 # ReplicaManager.deleteRecords: clients may not delete from internal topics.

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
@@ -70,7 +71,10 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                     name = found.name
             if code is ErrorCode.none and name is not None:
                 info = lm.topics.get(name)
-                if info is None:
+                if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                    code, message = ErrorCode.topic_authorization_failed, \
+                        "Authorization failed."
+                elif info is None:
                     code, message = ErrorCode.unknown_topic_or_partition, \
                         "This server does not host this topic-partition."
                 elif is_internal_topic(name, info):

@@ -42,5 +42,6 @@ async def handle_describe_cluster(ctx: RequestContext, body: Any) -> Any:
         module.DescribeClusterResponse, throttle_time=throttle(ctx), error_code=code,
         error_message=message, endpoint_type=endpoint_type, cluster_id=ctx.broker.cluster_id,
         controller_id=ctx.broker.node_id, brokers=brokers,
-        cluster_authorized_operations=CLUSTER_OPERATIONS if with_ops else OPERATIONS_OMITTED,
+        cluster_authorized_operations=ctx.cluster_authorized_operations(CLUSTER_OPERATIONS)
+        if with_ops else OPERATIONS_OMITTED,
     )

@@ -15,6 +15,7 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from ...config import BrokerConfig
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import NO_STORAGE, build, error_of, response_module, throttle
@@ -183,6 +184,19 @@ def _describe_topic(ctx: RequestContext, module: Any, body: Any, name: str,
     )
 
 
+def config_authorization_error(ctx: RequestContext, kind: int, name: str, op: AclOperation
+                               ) -> ErrorCode | None:
+    """Kafka's ``ConfigHelper``/``ConfigAdminManager`` check: ``op`` (DESCRIBE_CONFIGS or
+    ALTER_CONFIGS) on the topic, or on the cluster for broker and broker-logger resources."""
+    if kind == TOPIC_RESOURCE:
+        return None if ctx.authorize(op, ResourceType.TOPIC, name) \
+            else ErrorCode.topic_authorization_failed
+    if kind in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+        return None if ctx.authorize(op, ResourceType.CLUSTER) \
+            else ErrorCode.cluster_authorization_failed
+    return None
+
+
 @api_handler(DESCRIBE_CONFIGS, MIN_VERSION, MAX_VERSION)
 async def handle_describe_configs(ctx: RequestContext, body: Any) -> Any:
     """Describe each requested resource; errors are per resource."""
@@ -194,8 +208,11 @@ async def handle_describe_configs(ctx: RequestContext, body: Any) -> Any:
         keys = resource.configuration_keys
         wanted = set(keys) if keys else None
         code, message, configs = ErrorCode.none, None, ()
+        denied = config_authorization_error(ctx, kind, name, AclOperation.DESCRIBE_CONFIGS)
         try:
-            if kind == TOPIC_RESOURCE:
+            if denied is not None:
+                code = denied
+            elif kind == TOPIC_RESOURCE:
                 if ctx.broker.log_manager is None:
                     code, message = NO_STORAGE
                 else:

@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -23,6 +24,10 @@ async def handle_describe_log_dirs(ctx: RequestContext, body: Any) -> Any:
     partitions out rather than reporting an error for them."""
     module = response_module(DESCRIBE_LOG_DIRS, ctx.api_version)
     lm = ctx.broker.log_manager
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        # KafkaApis.handleDescribeLogDirsRequest: no results (v3+: the error code too).
+        return build(module.DescribeLogDirsResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed, results=())
     if lm is None:
         return build(module.DescribeLogDirsResponse, throttle_time=throttle(ctx),
                      error_code=ErrorCode.none, results=())

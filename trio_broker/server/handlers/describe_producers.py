@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -22,10 +23,17 @@ async def handle_describe_producers(ctx: RequestContext, body: Any) -> Any:
     lm = ctx.broker.log_manager
     topics = []
     for topic in body.topics:
+        denied = not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         partitions = []
         for raw in topic.partition_indexes:
             index = int(raw)
             log = lm.get_partition(topic.name, index) if lm is not None else None
+            if denied:
+                partitions.append(build(
+                    module.PartitionResponse, partition_index=index,
+                    error_code=ErrorCode.topic_authorization_failed, error_message=None,
+                    active_producers=()))
+                continue
             if log is None:
                 partitions.append(build(
                     module.PartitionResponse, partition_index=index,

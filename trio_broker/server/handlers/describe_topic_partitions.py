@@ -18,6 +18,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...storage.log import LEADER_EPOCH
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import TOPIC_OPERATIONS, build, is_internal_topic, response_module, throttle
@@ -47,6 +48,14 @@ async def handle_describe_topic_partitions(ctx: RequestContext, body: Any) -> An
             # Every earlier topic is complete: the next page starts at this one.
             next_cursor = build(module.Cursor, topic_name=name, partition_index=0)
             break
+        # DescribeTopicPartitionsRequestHandler: DESCRIBE on each topic; unauthorized topics
+        # are left out of "all topics", TOPIC_AUTHORIZATION_FAILED (zero id) when named.
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            if not all_topics:
+                topics.append(build(module.DescribeTopicPartitionsResponseTopic,
+                                    error_code=ErrorCode.topic_authorization_failed, name=name,
+                                    topic_id=_ZERO_UUID, is_internal=False, partitions=()))
+            continue
         info = hosted.get(name)
         if info is None:
             topics.append(build(module.DescribeTopicPartitionsResponseTopic,
@@ -65,7 +74,8 @@ async def handle_describe_topic_partitions(ctx: RequestContext, body: Any) -> An
         topics.append(build(module.DescribeTopicPartitionsResponseTopic,
                             error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
                             is_internal=is_internal_topic(name, info), partitions=partitions,
-                            topic_authorized_operations=TOPIC_OPERATIONS))
+                            topic_authorized_operations=ctx.authorized_operations(
+                                ResourceType.TOPIC, name, TOPIC_OPERATIONS)))
         remaining -= len(partitions)
         if end < info.num_partitions:
             next_cursor = build(module.Cursor, topic_name=name, partition_index=end)

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -25,6 +26,17 @@ async def handle_elect_leaders(ctx: RequestContext, body: Any) -> Any:
     lm = ctx.broker.log_manager
     election_type = int(getattr(body, "election_type", PREFERRED))
     results = []
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
+        # KafkaApis.handleElectLeaders: CLUSTER_AUTHORIZATION_FAILED for everything asked.
+        for topic in body.topic_partitions or ():
+            results.append(build(module.ReplicaElectionResult, topic=topic.topic,
+                                 partition_result=tuple(
+                build(module.PartitionResult, partition_id=int(p),
+                      error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+                for p in dict.fromkeys(topic.partitions))))
+        return build(module.ElectLeadersResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     replica_election_results=tuple(results))
     for topic in body.topic_partitions or ():
         partitions = []
         for index in dict.fromkeys(int(p) for p in topic.partitions):  # Kafka uses a set

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_body
 from ...storage.log import LEADER_EPOCH
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..fetch_session import (
     FINAL_EPOCH,
@@ -116,9 +117,10 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
 
 
 def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
-              reads: list[FetchPartition]) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
+              reads: list[FetchPartition], denied: frozenset[str] = frozenset()
+              ) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
     """Read every partition of ``reads`` now: ``(request and PartitionData of each, bytes,
-    any error)``."""
+    any error)``; partitions of the ``denied`` topics (no READ) get TOPIC_AUTHORIZATION_FAILED."""
     lm = ctx.broker.log_manager
     remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
@@ -135,6 +137,8 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
                if lm is not None and part.name is not None else None)
         if part.name is None:
             code = ErrorCode.unknown_topic_id
+        elif denied and part.name in denied:
+            code = ErrorCode.topic_authorization_failed
         elif log is None:
             code = ErrorCode.unknown_topic_or_partition
         elif part.current_leader_epoch != NO_EPOCH and part.current_leader_epoch < LEADER_EPOCH:
@@ -239,7 +243,11 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         # more would be throttled for sure, and the consumer might never make progress.
         window_bytes = quotas.managers.fetch.max_value_in_window(ctx.user, ctx.client_id)
         max_bytes = int(min(max_bytes, window_bytes))
-    read, total, errors = _read_all(ctx, body, module, max_bytes, reads)
+    # KafkaApis.handleFetchRequest: READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
+    denied = frozenset() if ctx.broker.authorizer is None else frozenset(
+        name for name in {p.name for p in reads if p.name is not None}
+        if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
+    read, total, errors = _read_all(ctx, body, module, max_bytes, reads, denied)
     _count_requests(ctx, read)
     min_bytes = min(int(body.min_bytes), max_bytes)
     max_wait_s = body.max_wait.total_seconds()
@@ -255,10 +263,10 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         with purgatory.delay(max_wait_s):
             while True:
                 await lm.wait_for_data(keys)
-                read, got, failed = _read_all(ctx, body, module, max_bytes, reads)
+                read, got, failed = _read_all(ctx, body, module, max_bytes, reads, denied)
                 if got >= min_bytes or failed:
                     return respond(read)
-        return respond(_read_all(ctx, body, module, max_bytes, reads)[0])
+        return respond(_read_all(ctx, body, module, max_bytes, reads, denied)[0])
 
     return ctx.park(wait)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from .group_common import build, coordinator, nested, response_class, throttle
@@ -20,8 +21,16 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 
-def _answer(ctx: RequestContext, key_type: int) -> tuple[int, str | None, int, str, int]:
+def _answer(ctx: RequestContext, key_type: int, key: str
+            ) -> tuple[int, str | None, int, str, int]:
     """``(error, message, node_id, host, port)`` for one key."""
+    # KafkaApis.getCoordinator: DESCRIBE on the group or the transactional id.
+    if key_type == GROUP_KEY_TYPE and not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed, None, -1, "", -1
+    if key_type == TRANSACTION_KEY_TYPE and not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed, None, -1, "", -1
     if key_type == TRANSACTION_KEY_TYPE:
         return (ErrorCode.coordinator_not_available,
                 "transactions are not supported by this broker", -1, "", -1)
@@ -45,10 +54,10 @@ async def handle_find_coordinator(ctx: RequestContext, body: Any) -> Any:
         coordinator_cls = nested(cls, "Coordinator")
         entries = []
         for key in body.coordinator_keys:
-            error, message, node, host, port = _answer(ctx, key_type)
+            error, message, node, host, port = _answer(ctx, key_type, key)
             entries.append(build(coordinator_cls, key=key, node_id=node, host=host, port=port,
                                  error_code=ErrorCode(error), error_message=message))
         return build(cls, throttle_time=throttle(ctx), coordinators=tuple(entries))
-    error, message, node, host, port = _answer(ctx, key_type)
+    error, message, node, host, port = _answer(ctx, key_type, body.key)
     return build(cls, throttle_time=throttle(ctx), error_code=ErrorCode(error),
                  error_message=message, node_id=node, host=host, port=port)

@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from .group_common import build, coordinator, nested, response_class, throttle
@@ -16,8 +17,8 @@ DELETE_GROUPS = 42
 
 #: Every classic group here is a "classic" group (KIP-848 names).
 GROUP_TYPE = "classic"
-#: READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): everything a group supports; there
-#: are no ACLs yet, so every client may do all of it.
+#: READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): everything a group supports, what
+#: a client may do when authorization is off.
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 INT32_MIN = -(2**31)
 
@@ -34,6 +35,11 @@ async def handle_list_groups(ctx: RequestContext, body: Any) -> Any:
     error, groups = coord.list_groups(getattr(body, "states_filter", ()))
     if types and GROUP_TYPE not in types:
         groups = []
+    # KafkaApis.handleListGroupsRequest: DESCRIBE on the cluster lists every group, else
+    # the groups the principal may DESCRIBE (denials not logged).
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, log_if_denied=False):
+        groups = [g for g in groups if ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_if_denied=False)]
     return build(cls, throttle_time=throttle(ctx), error_code=ErrorCode(error),
                  groups=tuple(build(listed_cls, group_id=g.group_id,
                                     protocol_type=g.protocol_type, group_state=g.state,
@@ -46,10 +52,17 @@ async def handle_describe_groups(ctx: RequestContext, body: Any) -> Any:
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
     coord = coordinator(ctx)
-    operations = GROUP_AUTHORIZED_OPERATIONS \
-        if getattr(body, "include_authorized_operations", False) else INT32_MIN
+    with_ops = bool(getattr(body, "include_authorized_operations", False))
     described = []
     for group_id in body.groups:
+        operations = ctx.authorized_operations(
+            ResourceType.GROUP, group_id, GROUP_AUTHORIZED_OPERATIONS) if with_ops else INT32_MIN
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(build(group_cls, error_code=ErrorCode.group_authorization_failed,
+                                   group_id=group_id, group_state="", protocol_type="",
+                                   protocol_data="", members=(),
+                                   authorized_operations=INT32_MIN))
+            continue
         if coord is None:
             described.append(build(group_cls, error_code=ErrorCode.coordinator_not_available,
                                    group_id=group_id, group_state="", protocol_type="",
@@ -75,10 +88,15 @@ async def handle_delete_groups(ctx: RequestContext, body: Any) -> Any:
     result_cls = nested(cls, "DeletableGroupResult")
     coord = coordinator(ctx)
     names = list(dict.fromkeys(body.groups_names))
+    denied = {name for name in names
+              if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, name)}
+    allowed = [name for name in names if name not in denied]
     if coord is None:
-        results = dict.fromkeys(names, ErrorCode.coordinator_not_available)
+        results = dict.fromkeys(allowed, ErrorCode.coordinator_not_available)
     else:
-        results = await coord.delete_groups(names)
+        results = await coord.delete_groups(allowed) if allowed else {}
+    results = {name: results.get(name, ErrorCode.group_authorization_failed)
+               for name in names}
     return build(cls, throttle_time=throttle(ctx),
                  results=tuple(build(result_cls, group_id=name, error_code=ErrorCode(err))
                                for name, err in results.items()))

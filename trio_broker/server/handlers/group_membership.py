@@ -11,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.group import JoinResult, Pending, SyncResult
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from .group_common import build, client_host, coordinator, millis, nested, response_class, throttle
@@ -42,6 +43,9 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
 @api_handler(JOIN_GROUP, 0, 9)
 async def handle_join_group(ctx: RequestContext, body: Any) -> Any:
     coord = coordinator(ctx)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return _join_response(ctx, JoinResult(ErrorCode.group_authorization_failed,
+                                               body.member_id))
     if coord is None:
         return _join_response(ctx, JoinResult(ErrorCode.coordinator_not_available, body.member_id))
     session = millis(body.session_timeout)
@@ -78,6 +82,8 @@ def _sync_response(ctx: RequestContext, result: SyncResult) -> Any:
 @api_handler(SYNC_GROUP, 0, 5)
 async def handle_sync_group(ctx: RequestContext, body: Any) -> Any:
     coord = coordinator(ctx)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return _sync_response(ctx, SyncResult(ErrorCode.group_authorization_failed))
     if coord is None:
         return _sync_response(ctx, SyncResult(ErrorCode.coordinator_not_available))
     pending: Pending[SyncResult] = coord.sync_group(
@@ -99,7 +105,9 @@ async def handle_sync_group(ctx: RequestContext, body: Any) -> Any:
 @api_handler(HEARTBEAT, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, body: Any) -> Any:
     coord = coordinator(ctx)
-    if coord is None:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coord is None:
         error = ErrorCode.coordinator_not_available
     else:
         error = coord.heartbeat(group_id=body.group_id, member_id=body.member_id,
@@ -119,6 +127,10 @@ async def handle_leave_group(ctx: RequestContext, body: Any) -> Any:
     else:
         leaving = [(body.member_id, None, None)]
     coord = coordinator(ctx)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        # Kafka answers the whole request with the error and no members.
+        return build(cls, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.group_authorization_failed, members=())
     if coord is None:
         top = ErrorCode.coordinator_not_available
         errors = [top] * len(leaving)

@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, response_module, throttle
@@ -36,6 +37,15 @@ async def handle_init_producer_id(ctx: RequestContext, body: Any) -> Any:
 
     if body.transactional_id is not None:
         return answer(ErrorCode.transactional_id_authorization_failed)
+    # KafkaApis.handleInitProducerIdRequest: IDEMPOTENT_WRITE on the cluster, or (Kafka 3+,
+    # KIP-679) WRITE on at least one topic.
+    authorizer = ctx.broker.authorizer
+    if authorizer is not None and not ctx.authorize(
+            AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, log_if_denied=False
+    ) and not authorizer.allowed_on_some(ctx.connection.principal, ctx.connection.peer,
+                                         AclOperation.WRITE, ResourceType.TOPIC):
+        ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)  # logs the denial
+        return answer(ErrorCode.cluster_authorization_failed)
     lm = ctx.broker.log_manager
     if lm is None:
         return answer(ErrorCode.coordinator_not_available)

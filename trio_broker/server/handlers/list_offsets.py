@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...storage.log import LEADER_EPOCH
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, response_module, throttle
@@ -39,13 +40,16 @@ async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
             seen[key] = seen.get(key, 0) + 1
     topics = []
     for topic in body.topics:
+        denied = not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
         partitions = []
         for part in topic.partitions:
             index = int(part.partition_index)
             timestamp = int(part.timestamp)
             code, offset, found_ts = ErrorCode.none, -1, -1
             current_epoch = int(getattr(part, "current_leader_epoch", -1))
-            if seen[(topic.name, index)] > 1:
+            if denied:
+                code = ErrorCode.topic_authorization_failed
+            elif seen[(topic.name, index)] > 1:
                 code = ErrorCode.invalid_request
             elif lm is None or lm.get_partition(topic.name, index) is None:
                 code = ErrorCode.unknown_topic_or_partition

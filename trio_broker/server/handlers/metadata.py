@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...storage.log import LEADER_EPOCH
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import (
@@ -55,7 +56,8 @@ def _topic_entry(ctx: RequestContext, module: Any, info: Any, *, with_ops: bool)
         module.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name,
         topic_id=info.topic_id, is_internal=is_internal_topic(info.name, info),
         partitions=partitions,
-        topic_authorized_operations=TOPIC_OPERATIONS if with_ops else OPERATIONS_OMITTED,
+        topic_authorized_operations=ctx.authorized_operations(
+            ResourceType.TOPIC, info.name, TOPIC_OPERATIONS) if with_ops else OPERATIONS_OMITTED,
     )
 
 
@@ -117,9 +119,26 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
 
     entries: list[Any] = []
     requested = _requested(body, version)
+
+    # KafkaApis.handleTopicMetadataRequest: DESCRIBE on each topic. Asked for all topics,
+    # the others are left out (denials not logged); named, they get TOPIC_AUTHORIZATION_FAILED
+    # whether they exist or not. Auto-creation needs CREATE on the cluster or the topic.
+    def described(name: str) -> bool:
+        return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name,
+                             log_if_denied=requested is not None)
+
+    cluster_create: bool | None = None
+
+    def may_create(name: str) -> bool:
+        nonlocal cluster_create
+        if cluster_create is None:
+            cluster_create = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER,
+                                           log_if_denied=False)
+        return cluster_create or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)
+
     if requested is None:
         entries = [_topic_entry(ctx, module, info, with_ops=with_ops)
-                   for _name, info in sorted(topics.items())]
+                   for name, info in sorted(topics.items()) if described(name)]
     else:
         by_id = {info.topic_id: info for info in topics.values()}
         seen: set[str] = set()
@@ -137,7 +156,10 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
                     entries.append(_error_entry(module, ErrorCode.invalid_request, name, topic_id))
                     continue
                 info = by_id.get(topic_id)
-                if info is None:
+                if info is not None and not described(info.name):
+                    entries.append(_error_entry(module, ErrorCode.topic_authorization_failed,
+                                                None, topic_id))
+                elif info is None:
                     entries.append(_error_entry(module, ErrorCode.unknown_topic_id, None, topic_id))
                 else:
                     entries.append(_topic_entry(ctx, module, info, with_ops=with_ops))
@@ -147,6 +169,9 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
                     entries.append(_error_entry(module, ErrorCode.invalid_request, None))
                 continue
             seen.add(name)
+            if not described(name):
+                entries.append(_error_entry(module, ErrorCode.topic_authorization_failed, name))
+                continue
             info = topics.get(name)
             if info is not None:
                 entries.append(_topic_entry(ctx, module, info, with_ops=with_ops))
@@ -155,6 +180,10 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
                 entries.append(_error_entry(module, ErrorCode.invalid_topic_exception, name))
                 continue
             if allow_create and not is_internal_topic(name):
+                if not may_create(name):
+                    entries.append(_error_entry(module, ErrorCode.topic_authorization_failed,
+                                                name))
+                    continue
                 created, error = _auto_create(ctx, name)
                 if created is not None:
                     entries.append(_topic_entry(ctx, module, created, with_ops=with_ops))
@@ -174,6 +203,7 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
         controller_id=ctx.broker.node_id,
         topics=tuple(entries),
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if with_cluster_ops else OPERATIONS_OMITTED
+            ctx.cluster_authorized_operations(CLUSTER_OPERATIONS)
+            if with_cluster_ops else OPERATIONS_OMITTED
         ),
     )

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import OffsetCommitEntry
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from .group_common import build, coordinator, nested, response_class, throttle
@@ -32,13 +33,27 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
                 int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                 p.committed_metadata)
     coord = coordinator(ctx)
-    if coord is None:
+    # KafkaApis.handleOffsetCommitRequest: READ on the group, then READ on each topic.
+    denied: dict[tuple[str, int], int] = {}
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        denied = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+        offsets = {}
+    elif ctx.broker.authorizer is not None:
+        for name in {topic for topic, _ in offsets}:
+            if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name):
+                for key in [key for key in offsets if key[0] == name]:
+                    denied[key] = ErrorCode.topic_authorization_failed
+                    del offsets[key]
+    if denied and not offsets:
+        errors = denied
+    elif coord is None:
         errors = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
     else:
         errors = await coord.commit_offsets(
             group_id=body.group_id, generation_id=int(body.generation_id_or_member_epoch),
             member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None),
             offsets=offsets)
+        errors = {**errors, **denied}
     topics = []
     for topic in body.topics:
         partitions = tuple(
@@ -57,10 +72,22 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
     wanted: list[tuple[str, int]] | None = None
     if topics is not None:
         wanted = [(t.name, int(i)) for t in topics for i in getattr(t, index_field)]
-    if coord is None:
+    # KafkaApis.handleOffsetFetchRequest: DESCRIBE on the group; topics without DESCRIBE are
+    # TOPIC_AUTHORIZATION_FAILED when named, left out when all are asked for.
+    denied_topics: set[str] = set()
+    found: dict[tuple[str, int], Any]
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        error, found = int(ErrorCode.group_authorization_failed), {}
+    elif coord is None:
         error, found = int(ErrorCode.coordinator_not_available), {}
     else:
         error, found = coord.fetch_offsets(group_id, wanted)
+        if ctx.broker.authorizer is not None:
+            names = {t for t, _ in (wanted if wanted is not None else found)}
+            denied_topics = {name for name in names if not ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=wanted is not None)}
+            if wanted is None:
+                found = {k: v for k, v in found.items() if k[0] not in denied_topics}
     by_topic: dict[str, list[Any]] = {}
     keys = wanted if wanted is not None else list(found)
     for topic, partition in keys:
@@ -71,7 +98,8 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
             committed_leader_epoch=committed.leader_epoch if committed else -1,
             metadata=committed.metadata if committed else "",
             # Before v2 there is no top-level error: each partition carries it.
-            error_code=ErrorCode(error if ctx.api_version < 2 else 0)))
+            error_code=ErrorCode.topic_authorization_failed if topic in denied_topics
+            else ErrorCode(error if ctx.api_version < 2 else 0)))
     return error, tuple(build(topic_cls, name=name, partitions=tuple(parts))
                         for name, parts in by_topic.items())
 
@@ -105,10 +133,21 @@ async def handle_offset_delete(ctx: RequestContext, body: Any) -> Any:
     partition_cls = nested(cls, "OffsetDeleteResponsePartition")
     wanted = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
     coord = coordinator(ctx)
-    if coord is None:
+    # KafkaApis.handleOffsetDeleteRequest: DELETE on the group, READ on each topic.
+    results: dict[tuple[str, int], int]
+    group_allowed = ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, body.group_id)
+    denied = {t.name for t in body.topics
+              if group_allowed and not ctx.authorize(AclOperation.READ, ResourceType.TOPIC,
+                                                     t.name)}
+    if not group_allowed:
+        error, results = int(ErrorCode.group_authorization_failed), {}
+    elif coord is None:
         error, results = int(ErrorCode.coordinator_not_available), {}
     else:
-        error, results = await coord.delete_offsets(body.group_id, wanted)
+        error, results = await coord.delete_offsets(
+            body.group_id, [key for key in wanted if key[0] not in denied])
+        results = {**results, **{key: int(ErrorCode.topic_authorization_failed)
+                                 for key in wanted if key[0] in denied}}
     topics = []
     if not error:
         for topic in body.topics:

@@ -9,6 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...storage.log import LEADER_EPOCH
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -26,6 +27,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, body: Any) -> Any:
     lm = ctx.broker.log_manager
     topics = []
     for topic in body.topics:
+        denied = not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic)
         partitions = []
         for part in topic.partitions:
             index = int(part.partition)
@@ -33,7 +35,9 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, body: Any) -> Any:
             current = int(part.current_leader_epoch)
             requested = int(part.leader_epoch)
             code, epoch, end = ErrorCode.none, -1, -1
-            if log is None:
+            if denied:
+                code = ErrorCode.topic_authorization_failed
+            elif log is None:
                 code = ErrorCode.unknown_topic_or_partition
             elif current > LEADER_EPOCH:
                 code = ErrorCode.unknown_leader_epoch

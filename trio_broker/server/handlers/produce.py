@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol import records as rb
+from ..acl import AclOperation, ResourceType
 from ..context import NO_RESPONSE, CloseConnection, RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, is_internal_topic, response_module, throttle
@@ -103,15 +104,24 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     lm = ctx.broker.log_manager
     acks = int(body.acks)
     transactional = body.transactional_id is not None
+    # KafkaApis.handleProduceRequest: WRITE on the transactional id, then on each topic.
+    id_denied = transactional and not ctx.authorize(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     failed = False
     topics = []
     for topic in body.topic_data:
         name = topic.name
+        topic_denied = not id_denied and not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TOPIC, name)
         partitions = []
         for data in topic.partition_data:
             index = int(data.index)
             result: tuple[ErrorCode, str | None, int, int, int]
-            if acks not in (-1, 0, 1):
+            if id_denied:
+                result = (ErrorCode.transactional_id_authorization_failed, None, -1, -1, -1)
+            elif topic_denied:
+                result = (ErrorCode.topic_authorization_failed, None, -1, -1, -1)
+            elif acks not in (-1, 0, 1):
                 result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
             elif lm is None:
                 result = (ErrorCode.kafka_storage_error, "no storage attached", -1, -1, -1)

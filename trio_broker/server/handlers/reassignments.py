@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -58,6 +59,10 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, body: Any) -
     module = response_module(ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
     allow_rf_change = bool(getattr(body, "allow_replication_factor_change", True))
     responses = []
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
+        return build(module.AlterPartitionReassignmentsResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed, error_message=None,
+                     responses=(), allow_replication_factor_change=allow_rf_change)
     for topic in body.topics:
         partitions = []
         for part in topic.partitions:
@@ -77,5 +82,9 @@ async def handle_list_partition_reassignments(ctx: RequestContext, body: Any) ->
     """Nothing is ever in progress: no topics, whatever was asked (Kafka lists only ongoing
     reassignments and skips unknown partitions)."""
     module = response_module(LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return build(module.ListPartitionReassignmentsResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed, error_message=None,
+                     topics=())
     return build(module.ListPartitionReassignmentsResponse, throttle_time=throttle(ctx),
                  error_code=ErrorCode.none, error_message=None, topics=())
