@@ -117,6 +117,9 @@ def run_broker(config: BrokerConfig) -> int:
 
     try:
         trio.run(serve)
+    except ConfigError as exc:  # a keystore or JAAS entry that cannot be used
+        print(f"trio_broker: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, StorageError, RuntimeError) as exc:
         # Port in use, data directory locked by another broker, meta.properties mismatch.
         print(f"trio_broker: cannot start: {exc}", file=sys.stderr)
