@@ -28,6 +28,8 @@ MECHANISM_BY_TYPE = {code: name for name, (_hash, code) in MECHANISMS.items()}
 #: Kafka's limits (ScramMechanism.minIterations, AlterUserScramCredentials' maximum).
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+#: Shortest salt accepted (scramp's minimum; Kafka's own tools make 16 to 26 bytes).
+MIN_SALT_BYTES = 12
 
 
 @attrs.frozen

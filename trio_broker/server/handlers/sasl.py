@@ -23,6 +23,7 @@ from ...security.scram import (
     MECHANISM_BY_TYPE,
     MECHANISMS,
     MIN_ITERATIONS,
+    MIN_SALT_BYTES,
     ScramCredential,
     credential_from_salted,
 )
@@ -180,9 +181,13 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, body: Any) ->
             fail(change.name, ErrorCode.unacceptable_credential, "Too few iterations")
         elif iterations > MAX_ITERATIONS:
             fail(change.name, ErrorCode.unacceptable_credential, "Too many iterations")
-        elif not change.salt or not change.salted_password:
+        elif not change.salted_password:
             fail(change.name, ErrorCode.unacceptable_credential,
-                 "Salt and salted password must not be empty")
+                 "Salted password must not be empty")
+        elif len(change.salt) < MIN_SALT_BYTES:
+            # scramp (RFC 5802 practice) refuses shorter salts; clients send 16 to 64 bytes.
+            fail(change.name, ErrorCode.unacceptable_credential,
+                 f"Salt must be at least {MIN_SALT_BYTES} bytes")
         else:
             upserts.append((change.name, mechanism, credential_from_salted(
                 mechanism, bytes(change.salt), bytes(change.salted_password), iterations)))
