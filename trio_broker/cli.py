@@ -1,5 +1,5 @@
 """The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
-print the ``config`` docs."""
+manage ``scram`` users, print the ``config`` docs."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         "quotas", add_help=False,
         help="describe or alter client quotas of a running broker, with kafka-configs.sh's "
              "options (trio_broker quotas --help)")
+    commands.add_parser(
+        "scram", add_help=False,
+        help="add, delete or describe SCRAM users in a data directory, offline, with "
+             "kafka-configs.sh's options (trio_broker scram --help)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -73,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools.quotas import main as quotas_main
 
         return quotas_main(args_list[1:])
+    if args_list[:1] == ["scram"]:
+        from .tools.scram import main as scram_main
+
+        return scram_main(args_list[1:])
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":

@@ -24,7 +24,11 @@ class Certs:
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    directory = tmp_path_factory.mktemp("certs")
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def make_certs(directory: Path) -> Certs:
+    """A CA, the broker's and a client's certificate, and another CA, as PEM files."""
     ca = trustme.CA(organization_name="trio-broker-test")
     ca_pem = directory / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_pem))
