@@ -277,3 +277,24 @@ async def test_aiokafka_plain_over_sasl_ssl(secure_broker: Any, certs: Certs) ->
     assert {(e["mechanism"], e["principal"])
             for e in broker.process.events("authentication_succeeded")} == {
         ("PLAIN", "User:carol")}
+
+
+def test_secure_client_example(secure_broker: Any, certs: Certs) -> None:
+    """examples/secure_client.py as its docstring shows it: SCRAM-SHA-512 over SASL_SSL, and
+    mTLS on the SSL listener."""
+    broker = secure_broker()
+    example = Path(__file__).resolve().parents[2] / "examples" / "secure_client.py"
+    scram = subprocess.run(
+        [sys.executable, str(example), "--bootstrap", broker.sasl, "--ca", str(certs.ca_pem),
+         "--user", "alice", "--password", "alice-secret"],
+        capture_output=True, text=True, timeout=90)
+    assert scram.returncode == 0, scram.stderr
+    assert "produced 5 messages" in scram.stdout and "secret message 4" in scram.stdout
+    mtls = subprocess.run(
+        [sys.executable, str(example), "--bootstrap", broker.ssl, "--ca", str(certs.ca_pem),
+         "--cert", str(certs.client_cert_pem), "--key", str(certs.client_key_pem),
+         "--topic", "mtls-example"], capture_output=True, text=True, timeout=90)
+    assert mtls.returncode == 0, mtls.stderr
+    broker.process.stop()
+    principals = {e["principal"] for e in broker.process.events("authentication_succeeded")}
+    assert principals == {"User:alice", "User:CN=alice,OU=eng,O=trustme v1.2.1"}

@@ -83,6 +83,21 @@ async def test_mapping_rules_shorten_the_principal(start_broker: Any, certs: Cer
     assert ok["principal"] == "User:ALICE"
 
 
+async def test_a_certificate_no_rule_maps_fails_the_handshake(start_broker: Any, certs: Certs,
+                                                               log_events: Any) -> None:
+    running = await start_broker(tls_settings(
+        certs, **{"ssl.client.auth": "required", "ssl.truststore.location": str(certs.ca_pem),
+                  "ssl.principal.mapping.rules": "RULE:^CN=bob,.*$/bob/"}))
+    client = await tls_client(running.port, client_context(certs, with_cert=True))
+    with pytest.raises(trio.BrokenResourceError):
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+        assert await client.closed_by_peer()
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
+    assert "no principal mapping rule" in closed["detail"]
+    assert not log_events.events("request")
+
+
 async def test_required_client_auth_refuses_a_client_without_certificate(
         start_broker: Any, certs: Certs, log_events: Any) -> None:
     running = await start_broker(tls_settings(
