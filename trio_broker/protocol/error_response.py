@@ -146,10 +146,11 @@ def _scram_credentials_error(api_key: int, api_version: int, body: Any, code: Er
     if api_key == 50:
         results = tuple(module.DescribeUserScramCredentialsResult(
             user="", error_code=code, error_message=message, credential_infos=())
-            for _ in (body.users or ()))
+            for _ in (getattr(body, "users", None) or ()))
         return module.DescribeUserScramCredentialsResponse(
             throttle_time=zero, error_code=code, error_message=message, results=results)
-    users = sorted({change.name for change in (*body.deletions, *body.upsertions)})
+    changes = (*getattr(body, "deletions", ()), *getattr(body, "upsertions", ()))
+    users = sorted({change.name for change in changes})
     return module.AlterUserScramCredentialsResponse(throttle_time=zero, results=tuple(
         module.AlterUserScramCredentialsResult(user=user, error_code=code, error_message=message)
         for user in users))
