@@ -30,11 +30,11 @@ def test_bad_config_value_fails_startup_naming_the_key(tmp_path: Path) -> None:
     assert "num.io.threads" in result.stderr and "int" in result.stderr
 
 
-def test_unimplemented_security_protocol_fails_startup(tmp_path: Path) -> None:
+def test_ssl_listener_without_keystore_fails_startup(tmp_path: Path) -> None:
     result = run_cli("run", "--override", "listeners=SASL_SSL://127.0.0.1:0",
                      "--override", f"log.dirs={tmp_path}")
     assert result.returncode == 2
-    assert "SASL_SSL" in result.stderr and "not implemented" in result.stderr
+    assert "ssl.keystore.location" in result.stderr and "keystore" in result.stderr
 
 
 def test_missing_config_file_fails_startup(tmp_path: Path) -> None:

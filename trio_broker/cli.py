@@ -1,5 +1,5 @@
 """The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
-manage ``acls``, print the ``config`` docs."""
+manage ``acls`` and ``scram`` users, print the ``config`` docs."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         "acls", add_help=False,
         help="add, remove or list ACLs of a running broker, with kafka-acls.sh's options "
              "(trio_broker acls --help)")
+        "scram", add_help=False,
+        help="add, delete or describe SCRAM users in a data directory, offline, with "
+             "kafka-configs.sh's options (trio_broker scram --help)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -81,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools.acls import main as acls_main
 
         return acls_main(args_list[1:])
+    if args_list[:1] == ["scram"]:
+        from .tools.scram import main as scram_main
+
+        return scram_main(args_list[1:])
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":
@@ -125,6 +132,9 @@ def run_broker(config: BrokerConfig) -> int:
 
     try:
         trio.run(serve)
+    except ConfigError as exc:  # a keystore or JAAS entry that cannot be used
+        print(f"trio_broker: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, StorageError, RuntimeError) as exc:
         # Port in use, data directory locked by another broker, meta.properties mismatch.
         print(f"trio_broker: cannot start: {exc}", file=sys.stderr)

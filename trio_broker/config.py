@@ -55,7 +55,19 @@ KAFKA_KEYS_WITHOUT_EFFECT = frozenset(
 KEY_ALIASES = {"broker.id": "node.id"}
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+IMPLEMENTED_SECURITY_PROTOCOLS = SECURITY_PROTOCOLS
+
+#: Security keys that may be given per listener (``listener.name.<l>.<key>``), kept as strings and
+#: parsed with the broker-wide key's parser; ``<mechanism>.sasl.jaas.config`` is per listener only.
+LISTENER_SECURITY_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.key.password",
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol",
+    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm", "ssl.principal.mapping.rules",
+    "sasl.enabled.mechanisms", "connections.max.reauth.ms",
+})
+_JAAS_KEY_RE = re.compile(r"^(?P<mechanism>[a-z0-9-]+)\.sasl\.jaas\.config$")
 
 
 class ConfigError(ValueError):
@@ -304,7 +316,7 @@ class BrokerConfig:
     listener_security_protocol_map: str = _str_setting(
         "listener.security.protocol.map",
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "Security protocol of each listener name. Only PLAINTEXT is implemented so far.")
+        "Security protocol of each listener name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).")
     control_plane_listener_name: str | None = _str_setting(
         "control.plane.listener.name", None,
         "Listener served by a separate control plane: its own acceptor, one processor, a request "
@@ -538,6 +550,75 @@ class BrokerConfig:
         "allow.everyone.if.no.acl.found", False,
         "Allow a request on a resource that has no ACL at all (otherwise denied).",
         group="Security")
+    # -- security (docs/security.md); every key may be given per listener as
+    # listener.name.<listener>.<key>
+    ssl_keystore_type: str = _str_setting(
+        "ssl.keystore.type", "PEM",
+        "Only PEM is implemented (Kafka's default is JKS; JKS and PKCS12 are refused at start-up).",
+        validator=one_of("PEM", "JKS", "PKCS12"), group="Security")
+    ssl_keystore_location: str | None = _str_setting(
+        "ssl.keystore.location", None,
+        "PEM file holding the private key and the certificate chain.", group="Security")
+    ssl_keystore_password: str | None = _str_setting(
+        "ssl.keystore.password", None,
+        "Not used by PEM keystores (Kafka: invalid with PEM); the key's password is "
+        "ssl.key.password.", group="Security")
+    ssl_keystore_certificate_chain: str | None = _str_setting(
+        "ssl.keystore.certificate.chain", None,
+        "The certificate chain in PEM, inline (instead of ssl.keystore.location).",
+        group="Security")
+    ssl_keystore_key: str | None = _str_setting(
+        "ssl.keystore.key", None, "The private key in PEM, inline (with "
+        "ssl.keystore.certificate.chain).", group="Security")
+    ssl_key_password: str | None = _str_setting(
+        "ssl.key.password", None, "Password of an encrypted private key.", group="Security")
+    ssl_truststore_type: str = _str_setting(
+        "ssl.truststore.type", "PEM", "Only PEM is implemented.",
+        validator=one_of("PEM", "JKS", "PKCS12"), group="Security")
+    ssl_truststore_location: str | None = _str_setting(
+        "ssl.truststore.location", None,
+        "PEM file of the CA certificates client certificates are verified against.",
+        group="Security")
+    ssl_truststore_password: str | None = _str_setting(
+        "ssl.truststore.password", None, "Not used by PEM truststores.", group="Security")
+    ssl_truststore_certificates: str | None = _str_setting(
+        "ssl.truststore.certificates", None, "Trusted CA certificates in PEM, inline.",
+        group="Security")
+    ssl_client_auth: str = _str_setting(
+        "ssl.client.auth", "none",
+        "required: clients must present a certificate the truststore verifies (mTLS); requested: "
+        "verified when presented; none: not asked for.",
+        validator=one_of("none", "requested", "required"), group="Security")
+    ssl_enabled_protocols: str = _str_setting(
+        "ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "TLS versions accepted.", group="Security")
+    ssl_protocol: str = _str_setting(
+        "ssl.protocol", "TLSv1.3", "Kafka's SSLContext protocol; accepted, the enabled protocols "
+        "decide.", group="Security")
+    ssl_cipher_suites: str = _str_setting(
+        "ssl.cipher.suites", "",
+        "Comma-separated cipher suites (IANA or OpenSSL names) for TLS 1.2; empty: the defaults. "
+        "TLS 1.3 suites are not restricted.", group="Security")
+    ssl_endpoint_identification_algorithm: str = _str_setting(
+        "ssl.endpoint.identification.algorithm", "https",
+        "https or empty. As in Kafka, a broker does not verify client host names; the key matters "
+        "for clients only.", group="Security")
+    ssl_principal_mapping_rules: str = _str_setting(
+        "ssl.principal.mapping.rules", "DEFAULT",
+        "Rules mapping a client certificate's subject DN to the principal name: DEFAULT (the "
+        "whole DN) or Kafka's RULE:pattern/replacement/[LU] list.", group="Security")
+    sasl_enabled_mechanisms: str = _str_setting(
+        "sasl.enabled.mechanisms", "GSSAPI",
+        "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default "
+        "GSSAPI is not implemented: a SASL listener must set this).", group="Security")
+    connections_max_reauth_ms: int = _long(
+        "connections.max.reauth.ms", 0,
+        "Lifetime of a SASL session (KIP-368), told to clients in SaslAuthenticate v1+; a client "
+        "must re-authenticate before it ends or is disconnected. 0: unlimited.",
+        validator=at_least(0), group="Security")
+    connection_failed_authentication_delay_ms: int = setting(
+        "connection.failed.authentication.delay.ms", 100,
+        "Delay before the failure response and close of a failed authentication.",
+        validator=at_least(0), group="Security")
     # -- observability
     metrics_prometheus_listener: str | None = _str_setting(
         "metrics.prometheus.listener", None,
@@ -566,6 +647,8 @@ class BrokerConfig:
 
     #: ``listener.name.<listener>.<key>`` settings, by lower-case listener name then key.
     listener_overrides: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)
+    #: ``listener.name.<listener>.<key>`` security settings (ssl.*, sasl.*, JAAS), as given.
+    listener_security: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     #: Keys that were given but have no effect here (unknown, or Kafka-only), for the start-up log.
     ignored_keys: tuple[str, ...] = attrs.field(default=())
 
@@ -612,6 +695,17 @@ class BrokerConfig:
         if override is not None:
             return override
         return int(getattr(self, _ATTR_BY_KEY[key]))
+
+    def security_setting(self, listener: str, key: str) -> Any:
+        """A security setting of one listener: ``listener.name.<l>.<key>`` or the broker-wide
+        value; ``<mechanism>.sasl.jaas.config`` exists per listener only (None when unset)."""
+        text = self.listener_security.get(listener.lower(), {}).get(key)
+        field = _FIELDS.get(key)
+        if field is None:
+            return text
+        if text is not None:
+            return _convert(f"listener.name.{listener.lower()}.{key}", field, text)
+        return getattr(self, field.name)
 
 
 _FIELDS = {f.metadata["key"]: f for f in attrs.fields(BrokerConfig) if "key" in f.metadata}
@@ -700,6 +794,7 @@ def load_config(*sources: Mapping[str, str] | Iterable[tuple[str, str]]) -> Brok
 
     values: dict[str, Any] = {}
     overrides: dict[str, dict[str, int]] = {}
+    security: dict[str, dict[str, str]] = {}
     ignored: list[str] = []
     for key, text in merged.items():
         field = _FIELDS.get(key)
@@ -709,13 +804,19 @@ def load_config(*sources: Mapping[str, str] | Iterable[tuple[str, str]]) -> Brok
                 base = _FIELDS[prefixed["key"]]
                 value = _convert(key, base, text)
                 overrides.setdefault(prefixed["listener"].lower(), {})[prefixed["key"]] = value
+            elif prefixed and (prefixed["key"] in LISTENER_SECURITY_KEYS
+                               or _JAAS_KEY_RE.match(prefixed["key"])):
+                if prefixed["key"] in _FIELDS:
+                    _convert(key, _FIELDS[prefixed["key"]], text)  # fails here when malformed
+                security.setdefault(prefixed["listener"].lower(), {})[prefixed["key"]] = text
             else:
                 ignored.append(key)
             continue
         values[field.name] = _convert(key, field, text)
 
     config = BrokerConfig(
-        **values, listener_overrides=overrides, ignored_keys=tuple(sorted(ignored))
+        **values, listener_overrides=overrides, listener_security=security,
+        ignored_keys=tuple(sorted(ignored))
     )
     validate(config)
     return config
@@ -778,6 +879,11 @@ def validate(config: BrokerConfig) -> None:
                 "control.plane.listener.name", config.control_plane_listener_name,
                 "needs a second listener for the data plane",
             )
+    for listener in config.listener_security:
+        if listener.upper() not in names:
+            raise ConfigError(
+                f"listener.name.{listener}", listener, "must name one of the listeners"
+            )
     for listener, overrides in config.listener_overrides.items():
         if listener.upper() not in names:
             raise ConfigError(
@@ -819,7 +925,9 @@ def config_reference_markdown() -> str:
         "",
         "Generated from `trio_broker/config.py` (`python -m trio_broker.config`). Keys are Kafka's;",
         "a Kafka `server.properties` works as the config file. Listener-scoped keys may be given as",
-        "`listener.name.<listener>.<key>` for: " + ", ".join(sorted(LISTENER_PREFIXABLE_KEYS)) + ".",
+        "`listener.name.<listener>.<key>` for: " + ", ".join(sorted(LISTENER_PREFIXABLE_KEYS)) + ",",
+        "and every key of the Security group, plus `listener.name.<listener>.<mechanism>.sasl.jaas.config`",
+        "(docs/security.md).",
         "",
     ]
     groups: dict[str, list[attrs.Attribute[Any]]] = {}

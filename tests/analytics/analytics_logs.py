@@ -102,6 +102,13 @@ REJECTIONS = [("10.0.0.9", "PLAINTEXT", "per_ip_limit", 3),
               ("10.0.0.8", "CONTROLLER", "connection_rate", 5)]
 
 
+#: authentication_failed events of every minute: (principal, ip, mechanism).
+AUTH_FAILURES = [("User:mallory", "10.0.0.66", "SCRAM-SHA-512"),
+                 ("User:mallory", "10.0.0.66", "PLAIN"),
+                 ("User:alice", "10.0.0.1", "SCRAM-SHA-512"),
+                 ("", "10.0.0.7", "SSL")]
+
+
 def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
     """A few minutes of a busy broker: requests, snapshots, refusals, mutes, throttles, groups."""
     rng = random.Random(seed)
@@ -191,6 +198,13 @@ def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
             out.append(Emission(base + 8, "rebalance_completed", {
                 **group, "generation": minute + 1, "protocol": "range", "members": 1,
                 "state": "Stable", "duration_ms": 3000.0 + minute}))
+        if "authentication_failed" in EVENTS:
+            for index, (principal, ip, mechanism) in enumerate(AUTH_FAILURES):
+                conn = {**_connection(900 + index, ip, "SASL_SSL"),
+                        "security_protocol": "SASL_SSL"}
+                out.append(Emission(base + 45 + index, "authentication_failed", {
+                    **conn, "mechanism": mechanism, "principal": principal,
+                    "error": "SASL_AUTHENTICATION_FAILED", "detail": f"minute {minute}"}))
     out.append(Emission(60.0 * minutes + 5, "broker_stopped", {"uptime_s": 60.0 * minutes}))
     out.sort(key=lambda e: e.offset)
     return out

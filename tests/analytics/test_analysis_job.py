@@ -415,3 +415,21 @@ def test_report_renders_in_a_browser(analysis: AnalysisResult, tmp_path: Path,
     done = _headless(browser, tmp_path / "profile2", f"--window-size={width},2400",
                      f"--screenshot={shot}", (analysis.out / "report.html").as_uri())
     assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]
+
+
+def test_authentication_failures_by_principal_and_ip(analysis: AnalysisResult,
+                                                     raw: list[dict[str, Any]]) -> None:
+    failed = [r for r in raw if r["event"] == "authentication_failed"]
+    assert failed
+    expected = Counter((r["principal"], r["peer"].rsplit(":", 1)[0]) for r in failed)
+    rows = analysis.tables["authentication_failures"]
+    assert {(r["principal"], r["ip"]): r["failures"] for r in rows} == dict(expected)
+    assert rows[0]["principal"] == "User:mallory" and rows[0]["ip"] == "10.0.0.66"
+    assert rows[0]["mechanisms"] == ["PLAIN", "SCRAM-SHA-512"]
+    last = max((r for r in failed if r["principal"] == "User:mallory"),
+               key=lambda r: r["timestamp"])
+    assert rows[0]["last_detail"] == last["detail"]
+    assert analysis.summary["authentication_failures"]["User:mallory from 10.0.0.66"] == \
+        expected[("User:mallory", "10.0.0.66")]
+    page = (analysis.out / "report.html").read_text()
+    assert "Authentication failures by principal and IP" in page

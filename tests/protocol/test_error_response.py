@@ -188,8 +188,8 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
     with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49,
-                   75, 30, 31}
-    no_arrays = {12, 14, 16, 18, 22, 29, 48, 60}  # nothing to echo (48: entries are null)
+                   75, 30, 31, 50, 51}  # 50, 51: test_scram_credentials_error_responses
+    no_arrays = {12, 14, 16, 17, 18, 22, 29, 36, 48, 60}  # nothing to echo (48: entries are null)
     assert set(supported_versions()) == with_arrays | no_arrays
 
 
@@ -303,3 +303,36 @@ def test_api_versions_without_a_body() -> None:
     """An ApiVersions request of an unsupported version has no body; it is answered as v0."""
     response = _wire(18, 0, error_response(18, 0, None))
     assert response.error_code == ErrorCode.unknown_server_error and response.api_keys == ()
+
+
+def test_scram_credentials_error_responses() -> None:
+    """DescribeUserScramCredentialsRequest / AlterUserScramCredentialsRequest.getErrorResponse:
+    Describe has a result per requested user (user unset) and the top-level error, Alter one
+    result per distinct user of deletions and upsertions, sorted; both with error.message()."""
+    d = _module(50, 0)
+    body = d.DescribeUserScramCredentialsRequest(users=(d.UserName(name="b"),
+                                                        d.UserName(name="a")))
+    described = _wire(50, 0, error_response(50, 0, body))
+    assert described.error_code == ErrorCode.unknown_server_error
+    assert described.error_message == UNKNOWN_SERVER_ERROR_MESSAGE
+    assert [(r.user, r.error_code, r.error_message) for r in described.results] == [
+        ("", ErrorCode.unknown_server_error, UNKNOWN_SERVER_ERROR_MESSAGE)] * 2
+    a = _module(51, 0)
+    body = a.AlterUserScramCredentialsRequest(
+        deletions=(a.ScramCredentialDeletion(name="zed", mechanism=1),),
+        upsertions=(a.ScramCredentialUpsertion(name="amy", mechanism=1, iterations=4096,
+                                               salt=b"s", salted_password=b"p"),
+                    a.ScramCredentialUpsertion(name="zed", mechanism=2, iterations=4096,
+                                               salt=b"s", salted_password=b"p")))
+    altered = _wire(51, 0, error_response(51, 0, body))
+    assert [(r.user, r.error_code, r.error_message) for r in altered.results] == [
+        ("amy", ErrorCode.unknown_server_error, UNKNOWN_SERVER_ERROR_MESSAGE),
+        ("zed", ErrorCode.unknown_server_error, UNKNOWN_SERVER_ERROR_MESSAGE)]
+
+
+def test_sasl_authenticate_error_response_has_the_message() -> None:
+    body = _module(36, 2).SaslAuthenticateRequest(auth_bytes=b"x")
+    response = _wire(36, 2, error_response(36, 2, body))
+    assert response.error_code == ErrorCode.unknown_server_error
+    assert response.error_message == UNKNOWN_SERVER_ERROR_MESSAGE
+    assert response.auth_bytes == b""

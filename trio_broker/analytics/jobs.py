@@ -97,6 +97,9 @@ QUESTIONS: tuple[Question, ...] = (
              "Clients throttled by quotas, how often and for how long in total."),
     Question("group_rebalances", "Consumers stall or re-read data: group rebalances",
              "Per consumer group: rebalances, their duration and reasons, joins and leaves."),
+    Question("authentication_failures", "Clients cannot authenticate (or someone guesses "
+             "passwords)",
+             "Authentication failures by principal and IP, with mechanisms and the last error."),
 )
 
 
@@ -669,6 +672,21 @@ def throttled_clients(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("total_throttle_ms"), "client_id"))
 
 
+def authentication_failures(events: DataFrame) -> DataFrame:
+    """``authentication_failed`` by claimed principal and client IP (the peer without its
+    port): failures, mechanisms, first and last, the last error detail (most failures first)."""
+    from pyspark.sql import functions as F
+
+    return (_of(events, "authentication_failed")
+            .withColumn("ip", F.regexp_extract("peer", r"^\[?(.*?)\]?:\d+$", 1))
+            .groupBy("principal", "ip")
+            .agg(F.count(F.lit(1)).alias("failures"),
+                 F.sort_array(F.collect_set("mechanism")).alias("mechanisms"),
+                 F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"),
+                 F.max_by("detail", "ts").alias("last_detail"))
+            .orderBy(F.desc("failures"), "principal", "ip"))
+
+
 def group_rebalances(events: DataFrame) -> DataFrame:
     """Per consumer group: rebalances started and completed, their duration, joins and leaves.
 
@@ -754,7 +772,7 @@ ANALYSED_COLUMNS: tuple[str, ...] = (
     "requests", "duration_ms", "inflight", "muted_ms", "size", "api", "api_key", "api_version",
     "correlation_id", "client_id", "client_software_name", "client_software_version",
     "request_bytes", "response_bytes", "error", *STAGES, "total_ms", "quota_type", "user",
-    "group_id", "generation", *EVENTS["metrics_snapshot"].fields)
+    "group_id", "generation", "principal", "mechanism", *EVENTS["metrics_snapshot"].fields)
 
 
 def analysed_columns() -> list[str]:
@@ -911,6 +929,7 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
         "top_clients": top_clients,
         "throttled_clients": throttled_clients,
         "group_rebalances": group_rebalances,
+        "authentication_failures": authentication_failures,
     }
 
     def answer(question: Question) -> list[dict[str, Any]]:
@@ -1068,5 +1087,8 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
                          "total_bytes": r["total_bytes"]} for r in tables["top_clients"][:10]],
         "throttled_clients": {_key(r["client_id"]): r["total_throttle_ms"] for r in throttled},
         "group_rebalances": rebalances,
+        "authentication_failures": {
+            f"{_key(r['principal'])} from {_key(r['ip'])}": int(r["failures"])
+            for r in tables["authentication_failures"]},
         "tables": [f"{q.name}.parquet" for q in QUESTIONS],
     }

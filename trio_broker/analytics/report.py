@@ -506,6 +506,15 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         + table(tables.get("group_rebalances", [])),
         empty=None if tables.get("group_rebalances") else
         "No consumer-group event in these logs (no group used this broker)."))
+    failures = tables.get("authentication_failures", [])
+    sections.append(_section(
+        "authentication", "Authentication failures by principal and IP",
+        "clients cannot authenticate (wrong password or certificate), or someone guesses "
+        "passwords", "authentication_failed",
+        bar_chart([(f"{r['principal'] or '(none)'} from {r['ip']}", float(r["failures"]))
+                   for r in failures[:15]])
+        + table(failures),
+        empty=None if failures else "No authentication failure in these logs."))
 
     toc = "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t in (
         ("rejected", "Connections refused"), ("closed", "Connections: churn and closes"),
@@ -513,7 +522,8 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         ("saturation", "I/O and processor saturation"), ("queue", "Request queue blocking"),
         ("latency", "Slow request handling"), ("slow-clients", "Slow clients"),
         ("errors", "Errors by API and code"), ("clients", "Top clients"),
-        ("throttled", "Throttled clients"), ("groups", "Consumer-group rebalances")))
+        ("throttled", "Throttled clients"), ("groups", "Consumer-group rebalances"),
+        ("authentication", "Authentication failures")))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>trio_broker log analysis</title>"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -48,6 +48,7 @@ from .request_channel import Request, RequestChannel, ResponseAction
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
+    from ..security.listeners import ListenerSecurity
     from ..server.context import ConnectionInfo
 
 RECEIVE_BYTES = 256 * 1024
@@ -106,11 +107,17 @@ class Connection:
         "_throttle_deadline", "_idle_seconds", "_idle_scope", "_reader_scope",
         "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
         "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
+        "raw_socket", "_security",
     )
 
-    def __init__(self, stream: trio.SocketStream, info: ConnectionInfo,
-                 processor: ConnectionOwner, ip: str) -> None:
+    def __init__(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
+                 info: ConnectionInfo, processor: ConnectionOwner, ip: str, *,
+                 security: ListenerSecurity | None = None) -> None:
         self.stream = stream
+        #: True when ``stream`` is the socket itself (PLAINTEXT, SASL_PLAINTEXT): writes may go
+        #: to its file descriptor. TLS connections write through the SSLStream (a copy).
+        self.raw_socket = isinstance(stream, trio.SocketStream)
+        self._security = security
         self.info = info
         self.ip = ip
         self._processor = processor
@@ -183,6 +190,15 @@ class Connection:
         emit("connection_accepted", ip=self.ip)
         try:
             self._touch()
+            if isinstance(self.stream, trio.SSLStream):
+                # Under its own deadline (connections.max.idle.ms): a client that never
+                # completes the handshake costs this task, never the acceptor.
+                failed = await tls_handshake(self.stream, self._idle_scope.deadline,
+                                             self._security, info)
+                if failed is not None:
+                    reason, detail = failed
+                    return
+                self._touch()
             with self._idle_scope:
                 if self._serial:
                     reason, detail = await self._read_until_done()
@@ -215,7 +231,7 @@ class Connection:
             self._release_frame_memory()
             # Synchronous close: an await here would re-raise a pending cancellation and
             # skip the bookkeeping below.
-            self.stream.socket.close()
+            _socket_of(self.stream).close()
             self._processor.connection_closed(self, reason)
             emit("connection_closed", reason=reason, detail=detail, requests=self.requests,
                  duration_ms=round((trio.current_time() - started) * 1000, 3))
@@ -262,6 +278,13 @@ class Connection:
             except InvalidRequest:
                 self._server.memory_pool.release(reserved)
                 raise
+            auth = self.info.auth
+            if auth is not None and not auth.admits(decoded.api_key, trio.current_time()):
+                # Kafka's SaslServerAuthenticator: closed without an answer (ILLEGAL_SASL_STATE
+                # before authentication; an expired session, KIP-368).
+                self._server.memory_pool.release(reserved)
+                state = "session expired" if auth.authenticated else "not authenticated"
+                return "illegal_sasl_state", f"{decoded.api} request while {state}"
             if decoded.api_key == API_VERSIONS_KEY:
                 self._register_client(decoded.body)
             self._last_client_id = decoded.client_id or ""
@@ -455,8 +478,10 @@ class Connection:
             action = request.slot.action
             if action is ResponseAction.CLOSE:
                 # Responses after a close are never sent: they stay pending, and are counted
-                # as dropped when the connection ends.
+                # as dropped when the connection ends. A close may carry a last response.
                 close = request
+                if request.slot.payload:
+                    payloads.append(request.slot.payload)
                 count = index + 1
                 batch = batch[:count]
                 break
@@ -484,6 +509,9 @@ class Connection:
 
     async def _send(self, data: bytes) -> None:
         """Send all of ``data``; reads ahead while the kernel will not take it (module doc)."""
+        if not self.raw_socket:
+            await self._send_stream(data)
+            return
         fd = self.stream.socket.fileno()
         try:
             sent = _send_nowait(fd, data)
@@ -491,6 +519,17 @@ class Connection:
             raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
         if sent < len(data):
             await self._send_blocked(fd, memoryview(data)[sent:])
+
+    async def _send_stream(self, data: bytes) -> None:
+        """TLS: the SSLStream encrypts (a copy); a send that takes longer than
+        ``socket.send.stall.timeout.ms`` as a whole closes the connection."""
+        stall_ms = self._server.config.socket_send_stall_timeout_ms
+        with trio.move_on_after(stall_ms / 1000 if stall_ms >= 0 else float("inf")) as scope:
+            await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            emit("connection_send_stalled", stalled_ms=float(stall_ms), unsent_bytes=-1,
+                 buffered_bytes=self._decoder.buffered)
+            raise _Close("send_stalled", f"TLS send not done within {stall_ms} ms")
 
     async def _send_blocked(self, fd: int, rest: memoryview) -> None:
         stall_ms = self._server.config.socket_send_stall_timeout_ms
@@ -561,6 +600,42 @@ class Connection:
             except IllegalMuteTransition as exc:
                 raise _Close("error", str(exc)) from None
         self._server.request_completed(request)
+
+
+def _socket_of(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+               ) -> trio.socket.SocketType:
+    if isinstance(stream, trio.SSLStream):
+        return stream.transport_stream.socket
+    return stream.socket
+
+
+async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: float,
+                        security: ListenerSecurity | None, info: ConnectionInfo
+                        ) -> tuple[str, str] | None:
+    """The TLS handshake of a new connection, by ``deadline``; on an SSL listener the principal
+    comes from the client certificate. A (reason, detail) to close with when it failed."""
+    detail = ""
+    with trio.move_on_at(deadline):
+        try:
+            await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            detail = str(exc.__cause__ or exc) or repr(exc.__cause__ or exc)
+        else:
+            if security is not None and info.auth is None:
+                principal = security.certificate_principal(stream.getpeercert())
+                if principal is None:
+                    detail = "no principal mapping rule applies to the certificate's subject"
+                else:
+                    info.principal = principal
+                    emit("authentication_succeeded", mechanism="SSL", principal=principal,
+                         reauthentication=False)
+            if not detail:
+                return None
+    if not detail:
+        detail = "TLS handshake not completed within connections.max.idle.ms"
+    emit("authentication_failed", mechanism="SSL", principal="", error="SSL_HANDSHAKE_FAILED",
+         detail=detail)
+    return "ssl_handshake_failed", detail
 
 
 def _send_nowait(fd: int, data: bytes | memoryview) -> int:

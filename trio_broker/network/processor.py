@@ -18,6 +18,7 @@ from .request_channel import RequestChannel
 
 if TYPE_CHECKING:
     from ..observability.metrics import BrokerMetrics
+    from ..security.listeners import ListenerSecurity
     from .quotas import ConnectionQuotas
 
 
@@ -40,13 +41,15 @@ class Processor:
 
     def __init__(self, server: ProcessorServer, processor_id: int, listener: str,
                  security_protocol: str, request_channel: RequestChannel, *,
-                 control_plane: bool = False) -> None:
+                 control_plane: bool = False, security: ListenerSecurity | None = None) -> None:
         self.server = server
         self.id = processor_id
         self.listener = listener
         self.security_protocol = security_protocol
         self.request_channel = request_channel
         self.control_plane = control_plane
+        #: TLS and SASL of the listener (None: PLAINTEXT).
+        self.security = security
         capacity = server.config.queued_max_connections
         self.new_connections, self._new_connections_in = trio.open_memory_channel[
             tuple[trio.socket.SocketType, str, int]](capacity)
@@ -105,7 +108,15 @@ class Processor:
             security_protocol=self.security_protocol, peer=f"{ip}:{port}", processor=self.id,
             control_plane=self.control_plane,
         )
-        connection = Connection(trio.SocketStream(sock), info, self, ip)
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = trio.SocketStream(sock)
+        security = self.security
+        if security is not None:
+            info.auth = security.new_authenticator()
+            if security.ssl_context is not None:
+                # The handshake runs in the connection's task, never here (docs/security.md).
+                stream = trio.SSLStream(trio.SocketStream(sock), security.ssl_context,
+                                        server_side=True)
+        connection = Connection(stream, info, self, ip, security=security)
         self._ids_in_use.add(connection_id)
         self.connections.add(connection)
         self.server.metrics.connection_count.labels(self.listener).inc()

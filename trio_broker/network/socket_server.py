@@ -14,6 +14,7 @@ import trio
 from ..config import BrokerConfig, Endpoint
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
+from ..security.listeners import ListenerSecurity, listener_security
 from .acceptor import Acceptor, open_listening_socket
 from .memory_pool import MemoryPool, UnboundedPool
 from .processor import Processor
@@ -45,8 +46,12 @@ class SocketServer:
     """Every network-layer task of one broker."""
 
     def __init__(self, config: BrokerConfig, metrics: BrokerMetrics,
-                 supported_versions: dict[int, tuple[int, int]]) -> None:
+                 supported_versions: dict[int, tuple[int, int]],
+                 security: dict[str, ListenerSecurity] | None = None) -> None:
         self.config = config
+        #: TLS contexts and SASL settings by listener; built here (reading the keystores) so a
+        #: bad one fails the start with an error naming its key.
+        self.security = security if security is not None else listener_security(config)
         self.metrics = metrics
         self.supported_versions = supported_versions
         self.quotas = ConnectionQuotas(config)
@@ -111,7 +116,8 @@ class SocketServer:
             processors = []
             for _ in range(count):
                 processors.append(Processor(self, next_processor_id, name, protocol, channel,
-                                            control_plane=control))
+                                            control_plane=control,
+                                            security=self.security.get(name)))
                 next_processor_id += 1
             self.processors += processors
             acceptor = Acceptor(self, name, sock, processors)

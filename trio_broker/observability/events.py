@@ -151,6 +151,16 @@ _EVENT_LIST = [
     _spec("client_registered", "A client identified itself with ApiVersions (KIP-511).",
           {**CONNECTION_FIELDS, "client_software_name": STRING,
            "client_software_version": STRING}),
+    _spec("authentication_succeeded", "A client authenticated: mechanism SSL (the TLS handshake "
+          "of an SSL listener; the principal from the client certificate, or User:ANONYMOUS), "
+          "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. reauthentication: a KIP-368 renewal.",
+          {**CONNECTION_FIELDS, "mechanism": STRING, "principal": STRING,
+           "reauthentication": BOOLEAN}),
+    _spec("authentication_failed", "A client failed to authenticate (a failed TLS handshake is "
+          "mechanism SSL); principal is the one it claimed, if any. The SASL failure response "
+          "and the close follow after connection.failed.authentication.delay.ms.",
+          {**CONNECTION_FIELDS, "mechanism": STRING, "principal": STRING, "error": STRING,
+           "detail": STRING}, "warning"),
     _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS,
           required=("api",)),
     _spec("request_failed", "A handler raised; the request is answered with the API's error "

@@ -114,6 +114,8 @@ _OVERRIDES: dict[int, list[tuple[int, int, _Override]]] = {
     # CreateAclsRequest / DeleteAclsRequest: one result per creation / filter (nCopies).
     30: [(0, 99, _Override(paired={"results": "creations"}))],
     31: [(0, 99, _Override(paired={"filter_results": "filters"}))],
+    # SaslAuthenticateRequest: the code and error.message(), no bytes.
+    36: [(0, 99, _Override(message=True))],
 }
 
 
@@ -126,11 +128,38 @@ def error_response(api_key: int, api_version: int, request_body: Any,
     """
     if api_key == PRODUCE and int(getattr(request_body, "acks", 1)) == 0:
         return None
-    override = _override(api_key, api_version)
     code = ErrorCode(error_code)
+    if api_key in _SCRAM_CREDENTIALS:
+        return _scram_credentials_error(api_key, api_version, request_body, code)
+    override = _override(api_key, api_version)
     message = override_message(code) if override.message else None
     builder = _Builder(code, message, override)
     return builder.build(response_schema(api_key, api_version), request_body, "")
+
+
+#: DescribeUserScramCredentials and AlterUserScramCredentials: written by hand in Kafka too.
+_SCRAM_CREDENTIALS = (50, 51)
+
+
+def _scram_credentials_error(api_key: int, api_version: int, body: Any, code: ErrorCode) -> Any:
+    """Describe: the top-level error and one result per requested user, its ``user`` unset.
+    Alter: one result per distinct user of the deletions and upsertions, sorted by name."""
+    import sys
+
+    module = sys.modules[response_schema(api_key, api_version).__module__]
+    message = override_message(code)
+    zero = datetime.timedelta(0)
+    if api_key == 50:
+        results = tuple(module.DescribeUserScramCredentialsResult(
+            user="", error_code=code, error_message=message, credential_infos=())
+            for _ in (getattr(body, "users", None) or ()))
+        return module.DescribeUserScramCredentialsResponse(
+            throttle_time=zero, error_code=code, error_message=message, results=results)
+    changes = (*getattr(body, "deletions", ()), *getattr(body, "upsertions", ()))
+    users = sorted({change.name for change in changes})
+    return module.AlterUserScramCredentialsResponse(throttle_time=zero, results=tuple(
+        module.AlterUserScramCredentialsResult(user=user, error_code=code, error_message=message)
+        for user in users))
 
 
 def override_message(code: ErrorCode) -> str | None:

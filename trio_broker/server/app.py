@@ -31,6 +31,8 @@ from ..network.socket_server import BoundListener, SocketServer, advertised_endp
 from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
+from ..security.listeners import listener_security
+from ..security.scram import ScramStore
 from ..storage.manager import LogManager
 from .authorizer import Authorizer
 from .broker import Broker
@@ -88,7 +90,9 @@ class BrokerApp:
         self.config = config
         self.metrics = BrokerMetrics()
         self.broker: Broker | None = None
-        self.socket_server = SocketServer(config, self.metrics, supported_versions())
+        self.scram = ScramStore(config.data_dir)
+        self.socket_server = SocketServer(config, self.metrics, supported_versions(),
+                                          listener_security(config, self.scram))
         self.listeners: list[BoundListener] = []
         self.metrics_port: int | None = None
         self._shutdown_requested = trio.Event()
@@ -125,7 +129,7 @@ class BrokerApp:
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics,
-                        authorizer=authorizer)
+                        authorizer=authorizer, scram=self.scram)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         trio.lowlevel.add_instrument(self.metrics.idle)

@@ -7,6 +7,7 @@ import attrs
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
 from ..observability.metrics import BrokerTopicMetrics
+from ..security.scram import ScramStore
 from ..storage.manager import LogManager
 from .authorizer import Authorizer
 from .client_quotas import ClientQuotas
@@ -44,6 +45,9 @@ class Broker:
     fetch_sessions: FetchSessionCache = attrs.field(default=attrs.Factory(
         lambda self: FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots),
         takes_self=True))
+    #: SCRAM credentials (DescribeUserScramCredentials / AlterUserScramCredentials, SASL/SCRAM).
+    scram: ScramStore = attrs.field(
+        default=attrs.Factory(lambda self: ScramStore(self.config.data_dir), takes_self=True))
 
     @property
     def node_id(self) -> int:

@@ -12,6 +12,7 @@ from ..protocol.codec import DecodedRequest
 from .acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
+    from ..security.sasl import SaslAuthenticator
     from .broker import Broker
 
 
@@ -28,10 +29,13 @@ class ConnectionInfo:
     client_software_name: str = "unknown"
     client_software_version: str = "unknown"
     control_plane: bool = False
+    #: The SASL state of a SASL_PLAINTEXT or SASL_SSL connection (None on other listeners); it
+    #: sets ``principal`` when the client authenticates.
+    auth: SaslAuthenticator | None = None
 
     @property
     def user(self) -> str:
-        """The quota user: the principal's name (``ANONYMOUS`` until authentication exists)."""
+        """The quota user: the principal's name (``ANONYMOUS`` when unauthenticated)."""
         principal = self.principal
         return principal.partition(":")[2] if principal.startswith("User:") else principal
 
@@ -65,10 +69,13 @@ NO_RESPONSE: Any = _NoResponse()
 
 
 class CloseConnection(Exception):
-    """Raised by a handler to close the connection without answering (CloseConnectionResponse)."""
+    """Raised by a handler to close the connection without answering (CloseConnectionResponse);
+    with ``response``, that response is sent first (a failed SASL authentication, as Kafka's
+    authenticator sends its failure response and then closes)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, response: Any = None) -> None:
         self.reason = reason
+        self.response = response
         super().__init__(reason)
 
 

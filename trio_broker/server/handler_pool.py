@@ -143,7 +143,12 @@ class RequestHandlerPool:
                 return
             self.complete(request, ctx, self._apply_quotas(ctx, result))
         except CloseConnection as close:
-            self.complete(request, ctx, None, close_reason=close.reason)
+            if close.response is not None:
+                self._finish(request, ResponseAction.CLOSE,
+                             encode_response(request.decoded, close.response),
+                             error=response_error(close.response), close_reason=close.reason)
+            else:
+                self.complete(request, ctx, None, close_reason=close.reason)
         except Exception as exc:
             self._fail(request, ctx, exc)
 

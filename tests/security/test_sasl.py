@@ -1,0 +1,268 @@
+"""SASL in process, over SASL_PLAINTEXT with the raw wire client: PLAIN with Kafka's JAAS users,
+SCRAM-SHA-256/512 against stored credentials, the pre-authentication rules, the delayed failure,
+KIP-368 session lifetime, and DescribeUserScramCredentials / AlterUserScramCredentials."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import pytest
+import scramp
+import trio
+import trio.testing
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.static.primitive import i8, i32
+
+from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
+from trio_broker.config import ConfigError, load_config
+from trio_broker.security.listeners import listener_security
+from trio_broker.security.scram import ScramStore, credential_from_password
+
+API_VERSIONS, METADATA, HANDSHAKE, AUTHENTICATE = 18, 3, 17, 36
+DESCRIBE_SCRAM, ALTER_SCRAM = 50, 51
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="admin" password="admin-secret" user_admin="admin-secret" '
+        'user_alice="alice \\"quoted\\" secret";')
+
+
+def sasl_settings(mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", **extra: str
+                  ) -> dict[str, str]:
+    return {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": mechanisms,
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS, **extra}
+
+
+async def plain_login(client: WireClient, user: str, password: str) -> Any:
+    handshake = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert handshake.error_code == 0
+    token = f"\0{user}\0{password}".encode()
+    return await client.request(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
+
+
+async def scram_login(client: WireClient, mechanism: str, user: str, password: str) -> Any:
+    handshake = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
+    assert handshake.error_code == 0
+    scram = scramp.ScramClient([mechanism], user, password)
+    first = await client.request(AUTHENTICATE, 2, SaslAuthenticateRequest(
+        auth_bytes=scram.get_client_first().encode()))
+    if first.error_code:
+        return first
+    scram.set_server_first(first.auth_bytes.decode())
+    final = await client.request(AUTHENTICATE, 2, SaslAuthenticateRequest(
+        auth_bytes=scram.get_client_final().encode()))
+    if final.error_code == 0:
+        scram.set_server_final(final.auth_bytes.decode())  # the server proved itself
+    return final
+
+
+async def test_plain_login_sets_the_principal(start_broker: Any, log_events: Any) -> None:
+    running = await start_broker(sasl_settings())
+    client = await WireClient.connect(running.port)
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    response = await plain_login(client, "alice", 'alice "quoted" secret')
+    assert response.error_code == 0 and response.error_message is None
+    await client.request(METADATA, 12, METADATA_ALL_V12)
+    await client.aclose()
+    [ok] = await log_events.wait_for("authentication_succeeded")
+    assert (ok["mechanism"], ok["principal"]) == ("PLAIN", "User:alice")
+    assert ok["peer"].startswith("127.0.0.1:")
+    [metadata] = log_events.events("request", api="Metadata")
+    assert metadata["principal"] == "User:alice"
+    # every request line carries the principal the connection had when it was answered
+    assert [r["principal"] for r in log_events.events("request")][:2] == ["User:ANONYMOUS"] * 2
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+async def test_scram_login_against_stored_credentials(start_broker: Any, log_events: Any,
+                                                      mechanism: str) -> None:
+    running = await start_broker(sasl_settings())
+    store = ScramStore(running.data_dir)
+    store.alter([("bob", mechanism, credential_from_password(mechanism, "bob-pw", 4096))], [])
+    client = await WireClient.connect(running.port)
+    response = await scram_login(client, mechanism, "bob", "bob-pw")
+    assert response.error_code == 0
+    metadata = await client.request(METADATA, 12, METADATA_ALL_V12)
+    assert metadata.brokers
+    await client.aclose()
+    [ok] = await log_events.wait_for("authentication_succeeded")
+    assert (ok["mechanism"], ok["principal"]) == (mechanism, "User:bob")
+
+
+async def test_wrong_password_fails_after_the_delay_then_closes(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 0.02
+    running = await start_broker(sasl_settings(
+        **{"connection.failed.authentication.delay.ms": "2500"}))
+    client = await WireClient.connect(running.port)
+    await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    # Meanwhile, another client is served: the delay holds no handler.
+    other = await WireClient.connect(running.port)
+    sent = trio.current_time()
+    await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0alice\0wrong"))
+    assert (await other.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    assert (await plain_login(other, "admin", "admin-secret")).error_code == 0
+    _, response = await client.receive()
+    waited = trio.current_time() - sent
+    assert 2.5 <= waited < 2.6
+    assert response.error_code == 58  # SASL_AUTHENTICATION_FAILED
+    assert response.error_message == "Authentication failed: Invalid username or password"
+    assert await client.closed_by_peer()
+    [failed] = log_events.events("authentication_failed")
+    assert (failed["mechanism"], failed["principal"]) == ("PLAIN", "User:alice")
+    assert failed["peer"].startswith("127.0.0.1:")
+    await log_events.wait_for("connection_closed", reason="handler", detail="authentication_failed")
+    assert (await other.request(METADATA, 12, METADATA_ALL_V12)).brokers  # still serving
+    await other.aclose()
+
+
+async def test_scram_wrong_password_and_unknown_user(start_broker: Any, log_events: Any) -> None:
+    running = await start_broker(sasl_settings(
+        **{"connection.failed.authentication.delay.ms": "0"}))
+    ScramStore(running.data_dir).alter(
+        [("bob", "SCRAM-SHA-512", credential_from_password("SCRAM-SHA-512", "pw", 4096))], [])
+    client = await WireClient.connect(running.port)
+    response = await scram_login(client, "SCRAM-SHA-512", "bob", "not-pw")
+    assert response.error_code == 58
+    assert response.error_message == ("Authentication failed during authentication due to "
+                                      "invalid credentials with SASL mechanism SCRAM-SHA-512")
+    assert await client.closed_by_peer()
+    client = await WireClient.connect(running.port)
+    response = await scram_login(client, "SCRAM-SHA-512", "nobody", "pw")
+    assert response.error_code == 58
+    assert response.error_message == "Authentication failed: Invalid user credentials"
+    assert await client.closed_by_peer()
+    principals = [e["principal"] for e in log_events.events("authentication_failed")]
+    assert principals == ["User:bob", "User:nobody"]
+
+
+async def test_only_api_versions_and_sasl_before_authentication(start_broker: Any,
+                                                                log_events: Any) -> None:
+    running = await start_broker(sasl_settings())
+    client = await WireClient.connect(running.port)
+    await client.send(METADATA, 12, METADATA_ALL_V12)
+    assert await client.closed_by_peer()
+    [closed] = await log_events.wait_for("connection_closed", reason="illegal_sasl_state")
+    assert "Metadata" in closed["detail"]
+    # SaslAuthenticate before SaslHandshake: closed too
+    client = await WireClient.connect(running.port)
+    await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"))
+    assert await client.closed_by_peer()
+
+
+async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
+                                                                        ) -> None:
+    running = await start_broker(sasl_settings("SCRAM-SHA-512"))
+    client = await WireClient.connect(running.port)
+    response = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert response.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
+    assert response.mechanisms == ("SCRAM-SHA-512",)
+    assert await client.closed_by_peer()
+
+
+async def test_after_authentication_sasl_requests_get_illegal_sasl_state(start_broker: Any
+                                                                         ) -> None:
+    running = await start_broker(sasl_settings())
+    client = await WireClient.connect(running.port)
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    again = await client.request(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"x"))
+    assert again.error_code == 34  # ILLEGAL_SASL_STATE
+    handshake = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert handshake.error_code == 34
+    assert (await client.request(METADATA, 12, METADATA_ALL_V12)).brokers
+    await client.aclose()
+
+
+async def test_plaintext_listener_answers_sasl_with_illegal_sasl_state(broker: Any) -> None:
+    client = await WireClient.connect(broker.port)
+    response = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert response.error_code == 34
+    await client.aclose()
+
+
+async def test_session_lifetime_and_reauthentication(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 0.02
+    running = await start_broker(sasl_settings(**{"connections.max.reauth.ms": "60000"}))
+    client = await WireClient.connect(running.port)
+    response = await plain_login(client, "admin", "admin-secret")
+    assert response.session_lifetime.total_seconds() == 60
+    await trio.sleep(50)
+    # KIP-368: the client re-authenticates over the same connection before the session ends
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    await trio.sleep(50)  # 100 s after the first login, 50 s into the second session
+    assert (await client.request(METADATA, 12, METADATA_ALL_V12)).brokers
+    await trio.sleep(11)  # the second session has ended
+    await client.send(METADATA, 12, METADATA_ALL_V12)
+    assert await client.closed_by_peer()
+    [closed] = await log_events.wait_for("connection_closed", reason="illegal_sasl_state")
+    assert "session expired" in closed["detail"]
+    assert [e["reauthentication"] for e in log_events.events("authentication_succeeded")] == [
+        False, True]
+
+
+async def test_reauthentication_cannot_change_the_principal(start_broker: Any) -> None:
+    running = await start_broker(sasl_settings(**{"connections.max.reauth.ms": "60000",
+                                                  "connection.failed.authentication.delay.ms":
+                                                  "0"}))
+    client = await WireClient.connect(running.port)
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    response = await plain_login(client, "alice", 'alice "quoted" secret')
+    assert response.error_code == 58
+    assert "Cannot change principals" in response.error_message
+    assert await client.closed_by_peer()
+
+
+async def test_scram_credentials_admin_apis(start_broker: Any, log_events: Any) -> None:
+    running = await start_broker({"listeners": "PLAINTEXT://127.0.0.1:0"})
+    client = await WireClient.connect(running.port)
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", b"carol-pw", salt, 8192)
+    alter = await client.request(ALTER_SCRAM, 0, AlterUserScramCredentialsRequest(
+        deletions=(ScramCredentialDeletion(name="nobody", mechanism=i8(1)),),
+        upsertions=(
+            ScramCredentialUpsertion(name="carol", mechanism=i8(1), iterations=i32(8192),
+                                     salt=salt, salted_password=salted),
+            ScramCredentialUpsertion(name="dave", mechanism=i8(2), iterations=i32(100),
+                                     salt=salt, salted_password=salted),
+        )))
+    results = {r.user: (r.error_code, r.error_message) for r in alter.results}
+    assert results == {"nobody": (91, "Attempt to delete a user credential that does not exist"),
+                       "carol": (0, None), "dave": (93, "Too few iterations")}
+    describe = await client.request(DESCRIBE_SCRAM, 0, DescribeUserScramCredentialsRequest(
+        users=None))
+    assert [(r.user, [(c.mechanism, c.iterations) for c in r.credential_infos])
+            for r in describe.results] == [("carol", [(1, 8192)])]
+    describe = await client.request(DESCRIBE_SCRAM, 0, DescribeUserScramCredentialsRequest(
+        users=(UserName(name="carol"), UserName(name="erin"))))
+    assert [(r.user, r.error_code) for r in describe.results] == [("carol", 0), ("erin", 91)]
+    await client.aclose()
+    # stored durably: a new store on the same directory (as after a restart) sees it
+    assert ScramStore(running.data_dir).describe() == {"carol": {"SCRAM-SHA-256": 8192}}
+
+
+def test_sasl_listener_start_up_errors_name_the_key() -> None:
+    config = load_config({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"})
+    with pytest.raises(ConfigError, match="sasl.enabled.mechanisms.*GSSAPI"):
+        listener_security(config)
+    config = load_config({"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                          "sasl.enabled.mechanisms": "PLAIN"})
+    with pytest.raises(ConfigError, match="listener.name.sasl_plaintext.plain.sasl.jaas.config"):
+        listener_security(config)
+    config = load_config({"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                          "sasl.enabled.mechanisms": "PLAIN",
+                          "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                              'PlainLoginModule required user_a="b"'})
+    with pytest.raises(ConfigError, match="end with ';'"):
+        listener_security(config)

@@ -1,0 +1,228 @@
+"""SSL listeners in process: the handshake in the connection's task, mTLS principals, failed
+handshakes, and the start-up errors of keys that are not implemented."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
+from trio_broker.config import ConfigError, load_config
+from trio_broker.security.listeners import listener_security
+from trio_broker.security.tls import PrincipalMapper, subject_dn
+
+from .conftest import Certs, tls_settings
+
+API_VERSIONS, METADATA = 18, 3
+
+
+def client_context(certs: Certs, *, ca: Any = None, with_cert: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca or certs.ca_pem))
+    if with_cert:
+        context.load_cert_chain(str(certs.client_keystore))
+    return context
+
+
+async def tls_client(port: int, context: ssl.SSLContext) -> WireClient:
+    tcp = await trio.open_tcp_stream("127.0.0.1", port)
+    stream = trio.SSLStream(tcp, context, server_hostname="localhost")
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        await tcp.aclose()  # as a real client does: the broker sees the socket close
+        raise
+    return WireClient(stream)  # type: ignore[arg-type]
+
+
+async def test_ssl_listener_serves_requests(start_broker: Any, certs: Certs,
+                                            log_events: Any) -> None:
+    running = await start_broker(tls_settings(certs))
+    client = await tls_client(running.port, client_context(certs))
+    response = await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert response.error_code == 0
+    metadata = await client.request(METADATA, 12, METADATA_ALL_V12)
+    assert metadata.brokers[0].port == running.port
+    await client.aclose()
+    [ok] = await log_events.wait_for("authentication_succeeded")
+    assert ok["mechanism"] == "SSL" and ok["principal"] == "User:ANONYMOUS"
+    requests = log_events.events("request")
+    assert requests and all(r["principal"] == "User:ANONYMOUS" for r in requests)
+    assert all(r["security_protocol"] == "SSL" for r in requests)
+
+
+async def test_mtls_principal_is_the_certificate_subject(start_broker: Any, certs: Certs,
+                                                         log_events: Any) -> None:
+    running = await start_broker(tls_settings(
+        certs, **{"ssl.client.auth": "required", "ssl.truststore.location": str(certs.ca_pem)}))
+    client = await tls_client(running.port, client_context(certs, with_cert=True))
+    await client.request(METADATA, 12, METADATA_ALL_V12)
+    await client.aclose()
+    principal = "User:CN=alice,OU=eng,O=trustme v1.2.1"
+    [ok] = await log_events.wait_for("authentication_succeeded")
+    assert ok["principal"] == principal
+    [request] = log_events.events("request", api="Metadata")
+    assert request["principal"] == principal
+
+
+async def test_mapping_rules_shorten_the_principal(start_broker: Any, certs: Certs,
+                                                   log_events: Any) -> None:
+    running = await start_broker(tls_settings(
+        certs, **{"ssl.client.auth": "requested",
+                  "ssl.truststore.location": str(certs.ca_pem),
+                  "listener.name.ssl.ssl.principal.mapping.rules":
+                      "RULE:^CN=(.*?),OU=eng.*$/$1/U,DEFAULT"}))
+    client = await tls_client(running.port, client_context(certs, with_cert=True))
+    await client.request(METADATA, 12, METADATA_ALL_V12)
+    await client.aclose()
+    [ok] = await log_events.wait_for("authentication_succeeded")
+    assert ok["principal"] == "User:ALICE"
+
+
+async def test_a_certificate_no_rule_maps_fails_the_handshake(start_broker: Any, certs: Certs,
+                                                               log_events: Any) -> None:
+    running = await start_broker(tls_settings(
+        certs, **{"ssl.client.auth": "required", "ssl.truststore.location": str(certs.ca_pem),
+                  "ssl.principal.mapping.rules": "RULE:^CN=bob,.*$/bob/"}))
+    client = await tls_client(running.port, client_context(certs, with_cert=True))
+    with pytest.raises(trio.BrokenResourceError):
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+        assert await client.closed_by_peer()
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
+    assert "no principal mapping rule" in closed["detail"]
+    assert not log_events.events("request")
+
+
+async def test_required_client_auth_refuses_a_client_without_certificate(
+        start_broker: Any, certs: Certs, log_events: Any) -> None:
+    running = await start_broker(tls_settings(
+        certs, **{"ssl.client.auth": "required", "ssl.truststore.location": str(certs.ca_pem)}))
+    try:
+        client = await tls_client(running.port, client_context(certs))
+    except trio.BrokenResourceError:
+        pass  # TLS 1.2: refused during the handshake
+    else:  # TLS 1.3: the client learns of the refusal on its first read
+        with pytest.raises(trio.BrokenResourceError):
+            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+            assert await client.closed_by_peer()
+            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
+    assert closed["peer"].startswith("127.0.0.1:")
+    assert log_events.events("authentication_failed", mechanism="SSL")
+
+
+async def test_client_with_the_wrong_ca_fails_and_the_broker_keeps_serving(
+        start_broker: Any, certs: Certs, log_events: Any) -> None:
+    running = await start_broker(tls_settings(certs))
+    with pytest.raises(trio.BrokenResourceError):
+        await tls_client(running.port, client_context(certs, ca=certs.other_ca_pem))
+    [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
+    assert closed["peer"].startswith("127.0.0.1:")
+    client = await tls_client(running.port, client_context(certs))
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.aclose()
+
+
+async def test_a_silent_client_costs_its_task_until_idle_expiry_never_the_acceptor(
+        start_broker: Any, certs: Certs, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 0.02
+    running = await start_broker(tls_settings(certs, **{"connections.max.idle.ms": "60000"}))
+    silent = await trio.open_tcp_stream("127.0.0.1", running.port)
+    started = trio.current_time()
+    # Meanwhile others connect and are served.
+    client = await tls_client(running.port, client_context(certs))
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.aclose()
+    assert trio.current_time() - started < 1
+    assert await silent.receive_some(10) == b""  # closed by the broker
+    elapsed = trio.current_time() - started
+    assert 60 <= elapsed < 61
+    [closed] = log_events.events("connection_closed", reason="ssl_handshake_failed")
+    assert "connections.max.idle.ms" in closed["detail"]
+    await silent.aclose()
+
+
+def test_jks_and_pkcs12_are_refused_naming_the_key(certs: Certs) -> None:
+    config = load_config({**tls_settings(certs), "ssl.keystore.type": "JKS"})
+    with pytest.raises(ConfigError, match="ssl.keystore.type"):
+        listener_security(config)
+    config = load_config({**tls_settings(certs),
+                          "listener.name.ssl.ssl.truststore.type": "PKCS12"})
+    with pytest.raises(ConfigError, match="listener.name.ssl.ssl.truststore.type"):
+        listener_security(config)
+
+
+def test_missing_keystore_and_wrong_key_password_name_the_key(certs: Certs, tmp_path: Any
+                                                               ) -> None:
+    config = load_config({"listeners": "SSL://127.0.0.1:0"})
+    with pytest.raises(ConfigError, match="ssl.keystore.location"):
+        listener_security(config)
+    encrypted = tmp_path / "enc.pem"
+    key = ssl_encrypted_key(certs)
+    encrypted.write_bytes(key + certs.client_cert.cert_chain_pems[0].bytes())
+    config = load_config({"listeners": "SSL://127.0.0.1:0",
+                          "ssl.keystore.location": str(encrypted),
+                          "ssl.key.password": "wrong"})
+    with pytest.raises(ConfigError, match="ssl.keystore.location"):
+        listener_security(config)
+    config = load_config({"listeners": "SSL://127.0.0.1:0",
+                          "ssl.keystore.location": str(encrypted),
+                          "ssl.key.password": "secret"})
+    assert listener_security(config)["SSL"].ssl_context is not None
+
+
+def ssl_encrypted_key(certs: Certs) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(certs.client_cert.private_key_pem.bytes(), None)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.BestAvailableEncryption(b"secret"))
+
+
+def test_inline_pem_keystore_and_truststore(certs: Certs) -> None:
+    chain = certs.keystore.read_text()
+    key_end = re.search(r"-----END [A-Z ]*PRIVATE KEY-----", chain).end()  # type: ignore[union-attr]
+    config = load_config({
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.key": chain[:key_end],
+        # Kafka allows the PEM on one line in a properties file
+        "ssl.keystore.certificate.chain": chain[key_end:].strip().replace("\n", " "),
+        "ssl.truststore.certificates": certs.ca_pem.read_text(),
+        "ssl.client.auth": "required"})
+    assert listener_security(config)["SSL"].ssl_context is not None
+
+
+def test_enabled_protocols_and_cipher_suites(certs: Certs) -> None:
+    config = load_config({**tls_settings(certs), "ssl.enabled.protocols": "TLSv1.3"})
+    context = listener_security(config)["SSL"].ssl_context
+    assert context is not None and context.minimum_version == ssl.TLSVersion.TLSv1_3
+    config = load_config({**tls_settings(certs), "ssl.enabled.protocols": "SSLv3"})
+    with pytest.raises(ConfigError, match="ssl.enabled.protocols"):
+        listener_security(config)
+    config = load_config({**tls_settings(certs),
+                          "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"})
+    assert listener_security(config)["SSL"].ssl_context is not None
+    config = load_config({**tls_settings(certs), "ssl.cipher.suites": "NOT_A_CIPHER"})
+    with pytest.raises(ConfigError, match="ssl.cipher.suites"):
+        listener_security(config)
+
+
+def test_subject_dn_and_rules() -> None:
+    cert = {"subject": ((("countryName", "US"),), (("organizationName", "Acme, Inc."),),
+                        (("commonName", "bob"),))}
+    dn = subject_dn(cert)
+    assert dn == "CN=bob,O=Acme\\, Inc.,C=US"
+    assert PrincipalMapper.parse("DEFAULT").name(dn) == dn
+    mapper = PrincipalMapper.parse("RULE:^CN=([a-z]+),O=.*$/$1@acme/L, DEFAULT")
+    assert mapper.name(dn) == "bob@acme"
+    assert mapper.name("CN=X Y") == "CN=X Y"
+    with pytest.raises(ValueError):
+        PrincipalMapper.parse("RULE:^CN=(.*)$/$1/").name("OU=x")
+    with pytest.raises(ConfigError):
+        PrincipalMapper.parse("RULE:broken")
