@@ -4,6 +4,7 @@ manage ``acls`` and ``scram`` users, print the ``config`` docs."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         "acls", add_help=False,
         help="add, remove or list ACLs of a running broker, with kafka-acls.sh's options "
              "(trio_broker acls --help)")
+    commands.add_parser(
         "scram", add_help=False,
         help="add, delete or describe SCRAM users in a data directory, offline, with "
              "kafka-configs.sh's options (trio_broker scram --help)")
@@ -69,25 +71,22 @@ def _skip_optional_test_imports() -> None:
         sys.modules["hypothesis"] = None  # type: ignore[assignment]
 
 
+#: Subcommands with their own argument parsers (Kafka tools' flags), by module.
+_TOOL_MODULES = {
+    "analyze": ".analytics.cli",
+    "quotas": ".tools.quotas",
+    "acls": ".tools.acls",
+    "scram": ".tools.scram",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _skip_optional_test_imports()
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["analyze"]:
-        from .analytics.cli import main as analyze_main
-
-        return analyze_main(args_list[1:])
-    if args_list[:1] == ["quotas"]:
-        from .tools.quotas import main as quotas_main
-
-        return quotas_main(args_list[1:])
-    if args_list[:1] == ["acls"]:
-        from .tools.acls import main as acls_main
-
-        return acls_main(args_list[1:])
-    if args_list[:1] == ["scram"]:
-        from .tools.scram import main as scram_main
-
-        return scram_main(args_list[1:])
+    if args_list and args_list[0] in _TOOL_MODULES:
+        # Imported on demand: `run` must not pay for pyspark or the admin tools.
+        tool = importlib.import_module(_TOOL_MODULES[args_list[0]], __package__)
+        return int(tool.main(args_list[1:]))
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":
