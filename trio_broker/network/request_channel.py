@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from ..protocol.codec import DecodedRequest
+from ..protocol.regions import FramedParts
 
 if TYPE_CHECKING:
     from ..server.context import ConnectionInfo
@@ -68,14 +69,16 @@ class ResponseSlot:
 
     ready: trio.Event = attrs.field(factory=trio.Event)
     action: ResponseAction | None = None
-    payload: bytes = b""
+    #: The framed response; a FramedParts when records are still in segment files (zero-copy).
+    payload: bytes | FramedParts = b""
     error: str = "NONE"
     throttle_ms: int = 0
     #: The quota behind ``throttle_ms`` (its config key, e.g. ``producer_byte_rate``).
     throttle_quota: str = ""
     close_reason: str = ""
 
-    def complete(self, action: ResponseAction, payload: bytes = b"", *, error: str = "NONE",
+    def complete(self, action: ResponseAction, payload: bytes | FramedParts = b"", *,
+                 error: str = "NONE",
                  throttle_ms: int = 0, throttle_quota: str = "", close_reason: str = "") -> None:
         self.action = action
         self.payload = payload
@@ -84,6 +87,11 @@ class ResponseSlot:
         self.throttle_quota = throttle_quota
         self.close_reason = close_reason
         self.ready.set()
+
+    def release(self) -> None:
+        """The response is sent or dropped: give back the files its regions hold open."""
+        if isinstance(self.payload, FramedParts):
+            self.payload.release()
 
 
 @attrs.define(eq=False)

@@ -19,9 +19,10 @@ import trio
 
 from ..network.request_channel import Request, RequestChannel, ResponseAction
 from ..observability.log import emit, for_connection
-from ..protocol.codec import encode_response, frame_response
+from ..protocol.codec import encode_response, encode_response_parts, frame_response
 from ..protocol.error_response import error_response
 from ..protocol.errors import response_error
+from ..protocol.regions import FramedParts
 from .context import NO_RESPONSE, CloseConnection, EncodedBody, Parked, RequestContext
 from .quota_manager import REQUEST
 from .registry import handlers
@@ -214,11 +215,12 @@ class RequestHandlerPool:
                          throttle_quota=ctx.throttle_quota)
         else:
             # Encoded before anything is recorded: a body that cannot be encoded is a failure.
-            framed = encode_response(request.decoded, body)
+            framed = encode_response_parts(request.decoded, body)
             self._finish(request, ResponseAction.SEND, framed, error=response_error(body),
                          throttle_ms=ctx.throttle_ms, throttle_quota=ctx.throttle_quota)
 
-    def _finish(self, request: Request, action: ResponseAction, payload: bytes = b"", *,
+    def _finish(self, request: Request, action: ResponseAction,
+                payload: bytes | FramedParts = b"", *,
                 error: str = "NONE", throttle_ms: int = 0, throttle_quota: str = "",
                 close_reason: str = "") -> None:
         now = time.perf_counter_ns()
@@ -234,6 +236,7 @@ class RequestHandlerPool:
             # The connection is gone (idle expiry, client close): the response is dropped but
             # the request still counts in the metrics, as in Kafka.
             request.response_dequeue_ns = request.end_ns = now
+            request.slot.release()
             self.server.request_completed(request, dropped=True)
         else:
             owner.wake()

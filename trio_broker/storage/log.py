@@ -33,7 +33,7 @@ from .errors import (
     StorageError,
 )
 from .producer_state import ProducerStateManager
-from .segment import Segment
+from .segment import Segment, SegmentRegion
 from .topic_config import LogConfig
 
 #: The one leader epoch of every partition: this node has led it since offset 0. Metadata,
@@ -62,7 +62,8 @@ class AppendResult:
 class ReadResult:
     """Whole batches read from one partition, with the partition's offsets."""
 
-    records: bytes
+    #: The batches, or (``read(..., region=True)``) where they are in the segment file.
+    records: bytes | SegmentRegion
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int
@@ -369,21 +370,27 @@ class PartitionLog:
         slot = bisect.bisect_right(self._bases, offset) - 1
         return self.segments[max(slot, 0)]
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> ReadResult:
-        """Whole batches starting with the one holding ``offset``, from one segment."""
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             region: bool = False) -> ReadResult:
+        """Whole batches starting with the one holding ``offset``, from one segment; with
+        ``region``, left in the file as a :class:`SegmentRegion` (zero-copy fetch)."""
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
             raise OffsetOutOfRange(
                 f"Offset {offset} is out of range for partition {self.topic}-{self.partition}: "
                 f"log start {self.log_start_offset}, log end {end}")
-        records = b""
+        records: bytes | SegmentRegion = b""
         if offset < end:
             slot = bisect.bisect_right(self._bases, offset) - 1
             while slot < len(self.segments):
                 segment = self.segments[slot]
                 position = segment.find_position(offset)
                 if position is not None:
-                    records = segment.read(position, max_bytes, min_one_batch)
+                    if region:
+                        records = segment.read_region(position, max_bytes,
+                                                      min_one_batch) or b""
+                    else:
+                        records = segment.read(position, max_bytes, min_one_batch)
                     break
                 slot += 1
         return ReadResult(records, end, self.log_start_offset, end)
