@@ -39,6 +39,7 @@ BENCHMARKS = {
     "throughput": True,
     "stall": True,  # 20 rounds of bulk + one-record produce: no connection may stall
     "fuzz": False,  # opt-in (--only fuzz): a million frames
+    "zero_copy": True,  # broker CPU per MB consumed, with sendfile and without
     "reference": True,  # the same client script against Tansu (a Rust broker) in the same run
     "analytics": False,  # opt-in (--only analytics; needs pyspark, Java): analyze a 2M-line log
 }
