@@ -54,6 +54,10 @@ class RequestHandlerPool:
         # Idle handlers lent to requests handled inline, in their connection's task.
         self._lent = 0
         self._lent_lot = trio.lowlevel.ParkingLot()
+        # Handler time of finished requests (until they returned or parked), for the
+        # time-averaged idle gauge, and where the previous reading of it left off.
+        self._busy_ns = 0
+        self._idle_read = (time.perf_counter_ns(), 0)
         self.cancel_scope = trio.CancelScope()
         channel.inline_handler = self
 
@@ -61,6 +65,18 @@ class RequestHandlerPool:
     def idle_ratio(self) -> float:
         """Share of handlers free for a request right now (RequestHandlerAvgIdlePercent)."""
         return max(self._idle_handlers - self._lent, 0) / self.num_handlers
+
+    def read_avg_idle_ratio(self) -> float:
+        """Kafka's RequestHandlerAvgIdlePercent (0..1): the handlers' idle share of the time
+        since the previous reading (a handler is busy from taking a request until its handler
+        returns or parks it)."""
+        now = time.perf_counter_ns()
+        since, busy_before = self._idle_read
+        self._idle_read = (now, self._busy_ns)
+        elapsed = (now - since) * self.num_handlers
+        if elapsed <= 0:
+            return 1.0
+        return min(max(1.0 - (self._busy_ns - busy_before) / elapsed, 0.0), 1.0)
 
     def can_handle_inline(self, request: Request) -> bool:
         handler = self._handlers.get(request.decoded.api_key)
@@ -127,6 +143,7 @@ class RequestHandlerPool:
                 await self._answer(request, ctx, lambda: interceptor(ctx, handler.handle))
                 return
             await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
+        self._busy_ns += time.perf_counter_ns() - request.dequeue_ns
 
     async def _answer(self, request: Request, ctx: RequestContext,
                       produce: Callable[[], Awaitable[Any]]) -> None:
