@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sized
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -143,11 +144,18 @@ class RequestChannel:
         self.name = name
         self.capacity = capacity
         self.send_channel, self.receive_channel = trio.open_memory_channel[Request](capacity)
+        # The channel's buffer, read on every request: ``statistics()`` builds an object per
+        # call. Trio's memory channel keeps its buffer as ``_state.data``; if a Trio version
+        # does not, the public statistics are used.
+        state = getattr(self.send_channel, "_state", None)
+        self._buffer: Sized | None = getattr(state, "data", None)
         #: Set by the handler pool that serves this channel (see :meth:`send`).
         self.inline_handler: InlineHandler | None = None
 
     @property
     def queue_size(self) -> int:
+        if self._buffer is not None:
+            return len(self._buffer)
         return self.send_channel.statistics().current_buffer_used
 
     async def send(self, request: Request, *, inline: bool = False) -> None:
@@ -163,7 +171,7 @@ class RequestChannel:
         """
         handler = self.inline_handler
         if (inline and handler is not None
-                and not self.send_channel.statistics().current_buffer_used
+                and not self.queue_size
                 and handler.can_handle_inline(request)):
             await handler.handle_inline(request)
             return
