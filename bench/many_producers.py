@@ -41,6 +41,7 @@ from .common import (
     raise_fd_limit,
     stop_process,
 )
+from .reference import cpu_seconds
 from .throughput import MB, VALUE_SIZE, create_topic
 from .wire import FrameCounter, api_versions_frame, read_one_frame
 
@@ -221,6 +222,9 @@ class Phase:
     network_idle: float
     handler_idle: float
     connections: float
+    #: CPU used during the window, in % of one core: the broker's, the light process's.
+    broker_cpu: float
+    light_cpu: float
 
 
 def _phase(broker: BrokerLauncher, light: int, seconds: float) -> Phase:
@@ -228,10 +232,15 @@ def _phase(broker: BrokerLauncher, light: int, seconds: float) -> Phase:
     try:
         since = time.time()
         before = process.stats() if process else {}
+        cpu_before = cpu_seconds(broker.pid)
+        light_before = cpu_seconds(process.process.pid) if process else 0.0
         mbps = heavy(broker.bootstrap, seconds)
         time.sleep(1.1)  # the light process's next stats line
         until = time.time()
         after = process.stats() if process else {}
+        broker_cpu = (cpu_seconds(broker.pid) - cpu_before) / (until - since) * 100
+        light_cpu = ((cpu_seconds(process.process.pid) - light_before) / (until - since) * 100
+                     if process else 0.0)
     finally:
         if process is not None:
             process.stop()
@@ -240,7 +249,7 @@ def _phase(broker: BrokerLauncher, light: int, seconds: float) -> Phase:
     return Phase(mbps, answered / (until - since - 1.1), after.get("errors", 0),
                  gauges.get("network_processor_avg_idle_percent", float("nan")),
                  gauges.get("request_handler_avg_idle_percent", float("nan")),
-                 gauges.get("connection_count", float("nan")))
+                 gauges.get("connection_count", float("nan")), broker_cpu, light_cpu)
 
 
 def measure(light: int, seconds: float, rounds: int) -> dict[str, list[Phase]]:
@@ -293,6 +302,11 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
                    median([p.handler_idle * 100 for p in phases[name]]), "%",
                    note="rounds: " + rounds_of(name, lambda p: p.handler_idle * 100)
                    + f"; connections {rounds_of(name, lambda p: p.connections)}"),
+            Figure(f"broker CPU, heavy {label}",
+                   median([p.broker_cpu for p in phases[name]]), "% of a core",
+                   note="rounds: " + rounds_of(name, lambda p: p.broker_cpu)
+                   + ("; light producers' process: "
+                      + rounds_of(name, lambda p: p.light_cpu) if name == "mixed" else "")),
         ]
     result.notes.append(f"load average {os.getloadavg()[0]:.1f} at the end; {rounds} rounds of "
                         f"{seconds:.0f} s alone then {seconds:.0f} s mixed; gauges are the "
