@@ -315,3 +315,27 @@ async def test_confluent_kafka_consumes_a_large_topic_through_sendfile(
     for index in range(count):
         expected = zlib.crc32(value_of(index, 2000), expected)
     assert (seen, crc) == (count, expected)
+
+
+async def test_stalled_sendfile_closes_after_the_stall_bound(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """The region's sendfile loop keeps the writer's stall bound: a peer that never reads is
+    closed with connection_send_stalled, and the region's descriptor is given back."""
+    running = await start_broker({"log.segment.bytes": str(1 << 20),
+                                  "socket.send.stall.timeout.ms": "2000"})
+    lm = running.broker.log_manager
+    lm.create_topic("t", 1)
+    fill(lm.get_partition("t", 0), 1100)
+    path = str(lm.get_partition("t", 0).segments[0].log_path)
+    fds = open_fds()
+    client = await small_window_client(running.port)
+    await client.send(FETCH, 11, fetch_request(11, "t", 0))
+    [stalled] = await log_events.wait_for("connection_send_stalled", timeout=10)
+    assert stalled["stalled_ms"] >= 2000 and stalled["unsent_bytes"] > 100_000
+    await log_events.wait_for("connection_closed", reason="send_stalled")
+    await trio.testing.wait_all_tasks_blocked()
+    held = [fd for fd in os.listdir("/proc/self/fd")
+            if os.path.realpath(f"/proc/self/fd/{fd}") == path]
+    assert len(held) == 1  # only the segment's own descriptor is left
+    await client.aclose()
+    assert open_fds() == fds
