@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal, overload
 
 import attrs
 import trio
@@ -62,7 +63,17 @@ class AppendResult:
 class ReadResult:
     """Whole batches read from one partition, with the partition's offsets."""
 
-    #: The batches, or (``read(..., region=True)``) where they are in the segment file.
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+
+
+@attrs.frozen
+class RegionReadResult:
+    """As :class:`ReadResult`, from ``read(..., region=True)``: the batches are left in the
+    segment file (zero-copy fetch) unless there are none (``b""``)."""
+
     records: bytes | SegmentRegion
     high_watermark: int
     log_start_offset: int
@@ -370,8 +381,16 @@ class PartitionLog:
         slot = bisect.bisect_right(self._bases, offset) - 1
         return self.segments[max(slot, 0)]
 
+    @overload
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
-             region: bool = False) -> ReadResult:
+             region: Literal[False] = False) -> ReadResult: ...
+
+    @overload
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             region: bool) -> ReadResult | RegionReadResult: ...
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             region: bool = False) -> ReadResult | RegionReadResult:
         """Whole batches starting with the one holding ``offset``, from one segment; with
         ``region``, left in the file as a :class:`SegmentRegion` (zero-copy fetch)."""
         end = self.log_end_offset
@@ -393,6 +412,9 @@ class PartitionLog:
                         records = segment.read(position, max_bytes, min_one_batch)
                     break
                 slot += 1
+        if region:
+            return RegionReadResult(records, end, self.log_start_offset, end)
+        assert isinstance(records, bytes)
         return ReadResult(records, end, self.log_start_offset, end)
 
     def iter_headers(self, start_offset: int) -> Iterator[rb.BatchHeader]:
