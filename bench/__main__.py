@@ -38,7 +38,10 @@ BENCHMARKS = {
     "small_requests": True,
     "throughput": True,
     "stall": True,  # 20 rounds of bulk + one-record produce: no connection may stall
+    # opt-in (--only many_producers, about 2 min): 1,000 one-record/s producers + a heavy one
+    "many_producers": False,
     "fuzz": False,  # opt-in (--only fuzz): a million frames
+    "zero_copy": True,  # broker CPU per MB consumed, with sendfile and without
     "reference": True,  # the same client script against Tansu (a Rust broker) in the same run
     "analytics": False,  # opt-in (--only analytics; needs pyspark, Java): analyze a 2M-line log
 }

@@ -365,6 +365,11 @@ class BrokerConfig:
         "long (the peer neither reads nor acknowledges). -1 disables (idle expiry still applies). "
         "Not a Kafka key.",
         validator=at_least(-1))
+    socket_sendfile_enable: bool = _bool_setting(
+        "socket.sendfile.enable", True,
+        "Zero-copy fetch: send a Fetch response's record bytes from the segment file with "
+        "sendfile on plaintext connections (Kafka always does; TLS connections read them). "
+        "false reads them into memory in the handler, as before. Not a Kafka key.")
     max_connections: int = setting(
         "max.connections", INT_MAX,
         "Connections allowed across the broker; the acceptor waits for a free slot.",

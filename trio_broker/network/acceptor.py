@@ -117,7 +117,7 @@ class Acceptor:
 
     def _configure(self, conn: trio.socket.SocketType) -> None:
         config = self.server.config
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # TCP_NODELAY: trio.SocketStream sets it (the processor wraps the socket in one).
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if config.socket_send_buffer_bytes != -1:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.socket_send_buffer_bytes)

@@ -24,6 +24,13 @@ Without this, a client that pipelines thousands of tiny requests (librdkafka) fi
 receive buffer with small segments; the kernel then drops its incoming segments, and with them
 the ACKs the blocked write waits for: the connection stalls (issue 9, docs/decisions.md). A write
 that makes no progress for ``socket.send.stall.timeout.ms`` closes the connection.
+
+**Zero-copy fetch.** A response may arrive as :class:`FramedParts`: bytes and file regions (a
+Fetch response's record bytes, still in the segment files). Where the transport is a plain
+socket (``Connection.raw_socket``; a TLS stream must encrypt the bytes, so it is given them
+read from the file), the regions are sent with ``os.sendfile`` in the same
+non-blocking loop (stall timeout and read-ahead included); any other transport gets the parts
+read into one bytes object. Either way the regions are released once sent or dropped.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from ..protocol.codec import (
     valid_client_software,
 )
 from ..protocol.framing import FrameDecoder, InvalidFrameSize
+from ..protocol.regions import FileRegion, FramedParts, RegionInvalid
 from .memory_pool import MemoryPool, UnboundedPool
 from .mute import ChannelMute, IllegalMuteTransition, MuteEvent
 from .request_channel import Request, RequestChannel, ResponseAction
@@ -116,6 +124,7 @@ class Connection:
         self.stream = stream
         #: True when ``stream`` is the socket itself (PLAINTEXT, SASL_PLAINTEXT): writes may go
         #: to its file descriptor. TLS connections write through the SSLStream (a copy).
+        # A plain socket: written with os.send/os.sendfile; otherwise (TLS) through the stream.
         self.raw_socket = isinstance(stream, trio.SocketStream)
         self._security = security
         self.info = info
@@ -472,7 +481,7 @@ class Connection:
         batch = pending[:count]
         dequeued = time.perf_counter_ns()
         close: Request | None = None
-        payloads = []
+        payloads: list[bytes | FramedParts] = []
         for index, request in enumerate(batch):
             request.response_dequeue_ns = dequeued
             action = request.slot.action
@@ -489,7 +498,10 @@ class Connection:
                 payloads.append(request.slot.payload)
         if payloads:
             try:
-                await self._send(b"".join(payloads) if len(payloads) > 1 else payloads[0])
+                if len(payloads) == 1 and isinstance(payloads[0], bytes):
+                    await self._send(payloads[0])
+                else:
+                    await self._send_payloads(payloads)
             except BaseException:
                 del pending[:count]
                 self._drop(batch)
@@ -507,6 +519,38 @@ class Connection:
         if not pending:
             self._server.connection_progressed()
 
+    async def _send_payloads(self, payloads: list[bytes | FramedParts]) -> None:
+        """Send framed responses in order, in as few writes as the parts allow; releases the
+        regions of :class:`FramedParts` once sent (or failed)."""
+        framed = [payload for payload in payloads if isinstance(payload, FramedParts)]
+        if not framed:
+            await self._send(b"".join(payloads))  # type: ignore[arg-type]
+            return
+        try:
+            if not (self.raw_socket and _HAVE_SENDFILE):
+                # The fallback (e.g. TLS): the same bytes, read from the files.
+                await self._send(b"".join(payload if isinstance(payload, bytes)
+                                          else payload.materialize() for payload in payloads))
+                return
+            chunks: list[bytes | FileRegion] = []
+            for payload in payloads:
+                for part in (payload,) if isinstance(payload, bytes) else payload.parts:
+                    if chunks and isinstance(part, bytes) and isinstance(chunks[-1], bytes):
+                        chunks[-1] += part  # gather the bytes between regions
+                    else:
+                        chunks.append(part)
+            for chunk in chunks:
+                if isinstance(chunk, bytes):
+                    await self._send(chunk)
+                else:
+                    await self._send_region(chunk)
+        except RegionInvalid as exc:
+            # Part of a frame may be on the wire already: only closing keeps the stream sane.
+            raise _Close("error", f"zero-copy fetch: {exc}") from None
+        finally:
+            for payload in framed:
+                payload.release()
+
     async def _send(self, data: bytes) -> None:
         """Send all of ``data``; reads ahead while the kernel will not take it (module doc)."""
         if not self.raw_socket:
@@ -518,7 +562,7 @@ class Connection:
         except OSError as exc:
             raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
         if sent < len(data):
-            await self._send_blocked(fd, memoryview(data)[sent:])
+            await self._send_blocked(fd, _UnsentBytes(memoryview(data)[sent:]))
 
     async def _send_stream(self, data: bytes) -> None:
         """TLS: the SSLStream encrypts (a copy); a send that takes longer than
@@ -531,7 +575,18 @@ class Connection:
                  buffered_bytes=self._decoder.buffered)
             raise _Close("send_stalled", f"TLS send not done within {stall_ms} ms")
 
-    async def _send_blocked(self, fd: int, rest: memoryview) -> None:
+    async def _send_region(self, region: FileRegion) -> None:
+        """Send a file region with ``sendfile`` (Kafka's ``FileRecords.transferTo``)."""
+        fd = self.stream.socket.fileno()
+        unsent = _UnsentFile(region)
+        try:
+            unsent.send(fd)
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        if unsent.remaining:
+            await self._send_blocked(fd, unsent)
+
+    async def _send_blocked(self, fd: int, rest: _UnsentBytes | _UnsentFile) -> None:
         stall_ms = self._server.config.socket_send_stall_timeout_ms
         stall_seconds = stall_ms / 1000 if stall_ms >= 0 else float("inf")
         failure: BaseException | None = None
@@ -540,25 +595,27 @@ class Connection:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._read_ahead)
             progress_at = trio.current_time()
-            while rest:
+            while rest.remaining:
                 with trio.move_on_at(progress_at + stall_seconds):
                     await trio.lowlevel.wait_writable(fd)
                 try:
-                    sent = _send_nowait(fd, rest)
+                    sent = rest.send(fd)
                 except OSError as exc:
                     failure = trio.BrokenResourceError(f"socket connection broken: {exc}")
                     break
+                except RegionInvalid as exc:
+                    failure = _Close("error", f"zero-copy fetch: {exc}")
+                    break
                 if sent:
-                    rest = rest[sent:]
                     progress_at = trio.current_time()
                     self._touch()
                 elif trio.current_time() >= progress_at + stall_seconds:
                     stalled_ms = round((trio.current_time() - progress_at) * 1000, 3)
                     emit("connection_send_stalled", stalled_ms=stalled_ms,
-                         unsent_bytes=len(rest), buffered_bytes=self._decoder.buffered)
+                         unsent_bytes=rest.remaining, buffered_bytes=self._decoder.buffered)
                     failure = _Close("send_stalled",
                                      f"no bytes accepted for {stalled_ms} ms, "
-                                     f"{len(rest)} bytes unsent")
+                                     f"{rest.remaining} bytes unsent")
                     break
             nursery.cancel_scope.cancel()
         if failure is not None:
@@ -581,6 +638,7 @@ class Connection:
         for request in requests:
             request.response_dequeue_ns = request.response_dequeue_ns or ended
             request.end_ns = ended
+            request.slot.release()
             self._server.request_completed(request, dropped=True)
 
     def _sent(self, request: Request) -> None:
@@ -636,6 +694,51 @@ async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: flo
     emit("authentication_failed", mechanism="SSL", principal="", error="SSL_HANDSHAKE_FAILED",
          detail=detail)
     return "ssl_handshake_failed", detail
+_HAVE_SENDFILE = hasattr(os, "sendfile")
+
+
+class _UnsentBytes:
+    """The rest of a blocked bytes write."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+
+    @property
+    def remaining(self) -> int:
+        return len(self.view)
+
+    def send(self, fd: int) -> int:
+        sent = _send_nowait(fd, self.view)
+        self.view = self.view[sent:]
+        return sent
+
+
+class _UnsentFile:
+    """The rest of a file region being sent with ``sendfile``."""
+
+    __slots__ = ("region", "offset", "remaining")
+
+    def __init__(self, region: FileRegion) -> None:
+        self.region = region
+        self.offset = region.position
+        self.remaining = region.size
+
+    def send(self, fd: int) -> int:
+        region = self.region
+        # Checked before every call: a truncation in between would let sendfile read other
+        # bytes at the same positions (the event loop runs appends only between our calls).
+        region.check()
+        try:
+            sent = os.sendfile(fd, region.fd, self.offset, self.remaining)
+        except BlockingIOError:
+            return 0
+        if sent == 0:
+            raise RegionInvalid(f"file ended {self.remaining} bytes before the region's end")
+        self.offset += sent
+        self.remaining -= sent
+        return sent
 
 
 def _send_nowait(fd: int, data: bytes | memoryview) -> int:

@@ -7,7 +7,7 @@ its own nursery, so cancelling a processor closes exactly its connections.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -57,6 +57,12 @@ class Processor:
         self._next_index = 0
         self._ids_in_use: set[str] = set()
         self.cancel_scope = trio.CancelScope()
+        # This listener's metric children, looked up once (``labels()`` takes a lock and
+        # builds a key on every call; three per connection otherwise).
+        metrics = server.metrics
+        self._connection_count = metrics.connection_count.labels(listener)
+        self._connection_creation = metrics.connection_creation.labels(listener)
+        self._connection_close: dict[str, Any] = {}
 
     def _connection_id(self, sock: trio.socket.SocketType) -> str:
         """Kafka's ``localIp:localPort-remoteIp:remotePort-processorId-index``."""
@@ -119,16 +125,20 @@ class Processor:
         connection = Connection(stream, info, self, ip, security=security)
         self._ids_in_use.add(connection_id)
         self.connections.add(connection)
-        self.server.metrics.connection_count.labels(self.listener).inc()
-        self.server.metrics.connection_creation.labels(self.listener).inc()
+        self._connection_count.inc()
+        self._connection_creation.inc()
         nursery.start_soon(connection.run, name=f"connection {connection_id}")
 
     def connection_closed(self, connection: Connection, reason: str) -> None:
         self.connections.discard(connection)
         self._ids_in_use.discard(connection.info.connection_id)
         self.server.quotas.dec(self.listener, connection.ip)
-        self.server.metrics.connection_count.labels(self.listener).dec()
-        self.server.metrics.connection_close.labels(self.listener, reason).inc()
+        self._connection_count.dec()
+        closed = self._connection_close.get(reason)
+        if closed is None:
+            closed = self._connection_close[reason] = \
+                self.server.metrics.connection_close.labels(self.listener, reason)
+        closed.inc()
         self.server.connection_progressed()
 
     def stop_reading(self) -> None:

@@ -197,10 +197,12 @@ _EVENT_LIST = [
            "reason": STRING}, "warning"),
     _spec("log_index_rebuilt", "A missing or broken segment index was rebuilt from the log.",
           {"topic": STRING, "partition": LONG, "segment": LONG}, "warning"),
-    _spec("log_segment_rolled", "A partition started a new active segment.",
-          {"topic": STRING, "partition": LONG, "segment": LONG, "previous_size": LONG}),
-    _spec("log_segment_deleted", "Retention deleted a segment.",
-          {"topic": STRING, "partition": LONG, "segment": LONG, "size": LONG,
+    _spec("log_segment_rolled", "A partition started a new active segment (with the "
+          "connection's fields when a request rolled it).",
+          {**CONNECTION_FIELDS, "topic": STRING, "partition": LONG, "segment": LONG, "previous_size": LONG}),
+    _spec("log_segment_deleted", "Retention deleted a segment (with the connection's fields "
+          "when a request, DeleteRecords, deleted it).",
+          {**CONNECTION_FIELDS, "topic": STRING, "partition": LONG, "segment": LONG, "size": LONG,
            "reason": STRING}),
     _spec("log_start_offset_advanced", "DeleteRecords moved a partition's log start offset.",
           {**CONNECTION_FIELDS, "topic": STRING, "partition": LONG, "log_start_offset": LONG,

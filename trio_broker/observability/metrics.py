@@ -113,7 +113,7 @@ class BrokerMetrics:
             ["listener", "reason"], registry=r)
         self.request_handler_avg_idle_percent = Gauge(
             "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
-            "Share of handler tasks waiting for a request (0..1)", registry=r)
+            "Idle share of the handler tasks since the previous reading (0..1)", registry=r)
         #: RequestsPerSec, ErrorsPerSec, RequestBytes and the seven request-time histograms.
         self.request_metrics = RequestMetrics()
         r.register(self.request_metrics)

@@ -32,8 +32,9 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from trio_broker.protocol.encoder import compile_encoder
+from trio_broker.protocol.encoder import RegionBuffer, compile_encoder
 from trio_broker.protocol.prescan import InvalidRequest, scan_body, skip_tagged_fields
+from trio_broker.protocol.regions import FramedParts, split
 
 API_VERSIONS_KEY = 18
 # KIP-511's rule for client software names and versions (ApiVersionsRequest.isValid).
@@ -45,7 +46,8 @@ _HEADER = struct.Struct(">hhih")
 
 __all__ = [
     "API_VERSIONS_KEY", "DecodedRequest", "InvalidRequest", "api_name", "decode_request",
-    "decode_response", "encode_body", "encode_request", "encode_response", "frame_response",
+    "decode_response", "encode_body", "encode_request", "encode_response",
+    "encode_response_parts", "encoded_size", "frame_response",
     "is_flexible", "peek_api", "request_schema", "response_schema", "valid_client_software",
 ]
 
@@ -206,6 +208,31 @@ def encode_response(request: DecodedRequest, body: Any) -> bytes:
     encoder(buffer, body)
     _SIZE_AND_CORRELATION_ID.pack_into(buffer, 0, len(buffer) - 4, request.correlation_id)
     return bytes(buffer)
+
+
+def encode_response_parts(request: DecodedRequest, body: Any) -> bytes | FramedParts:
+    """As :func:`encode_response`, but records given as
+    :class:`~trio_broker.protocol.regions.FileRegion` stay unread: the answer is then a
+    :class:`~trio_broker.protocol.regions.FramedParts` (zero-copy fetch)."""
+    schema = type(body)
+    encoder = compile_encoder(schema)
+    buffer = RegionBuffer(8)
+    if schema.__flexible__ and request.api_key != API_VERSIONS_KEY:
+        buffer += b"\x00"  # response header v1: an empty tagged-field section
+    encoder(buffer, body)
+    regions = buffer.regions
+    size = len(buffer) + sum(region.size for _, region in regions)
+    _SIZE_AND_CORRELATION_ID.pack_into(buffer, 0, size - 4, request.correlation_id)
+    if not regions:
+        return bytes(buffer)
+    return split(buffer, regions)
+
+
+def encoded_size(body: Any) -> int:
+    """Bytes of :func:`encode_body`'s answer, without reading records left in files."""
+    buffer = RegionBuffer()
+    compile_encoder(type(body))(buffer, body)
+    return len(buffer) + sum(region.size for _, region in buffer.regions)
 
 
 def frame_response(request: DecodedRequest, payload: bytes, flexible: bool) -> bytes:

@@ -38,8 +38,9 @@ from kio.serial._introspect import (
 )
 
 from .codegen import StructCodegen
+from .regions import FileRegion
 
-__all__ = ["compile_encoder", "encode", "uvarint"]
+__all__ = ["RegionBuffer", "compile_encoder", "encode", "uvarint"]
 
 #: struct format and value expression (``{}`` is the value) of each fixed-size kafka type.
 _FIXED: Final[dict[str, tuple[str, str]]] = {
@@ -83,6 +84,7 @@ class _Generator(StructCodegen):
         super().__init__()
         self.namespace: dict[str, Any] = {
             "_UUID0": _UUID0, "_uv": uvarint, "_MISSING": dataclasses.MISSING,
+            "_records": _append_records,
         }
         self._structs: dict[str, str] = {}
         self._temp = 0
@@ -243,7 +245,12 @@ class _Generator(StructCodegen):
             encode = [f"{ind}{buf} += {self._struct('i')}.pack(len({value}))"]
         else:
             raise NotImplementedError(f"no encoder for kafka_type {kafka_type!r}")
-        encode.append(f"{ind}{buf} += {value}")
+        if kafka_type == "records":
+            # Records may be a FileRegion (zero-copy fetch): a gap in a RegionBuffer.
+            encode += [f"{ind}if {value}.__class__ is bytes:", f"{ind}    {buf} += {value}",
+                       f"{ind}else:", f"{ind}    _records({buf}, {value})"]
+        else:
+            encode.append(f"{ind}{buf} += {value}")
         if optional:
             lines += [f"{ind}if {value} is None:", f"{ind}    {buf} += {null}", f"{ind}else:"]
             lines += [f"    {line}" for line in encode]
@@ -253,6 +260,28 @@ class _Generator(StructCodegen):
             lines += encode
         return lines
 
+
+class RegionBuffer(bytearray):
+    """An encoding buffer that leaves gaps for :class:`FileRegion` records: ``regions`` holds
+    ``(position, region)`` of each, in order (:func:`~trio_broker.protocol.regions.split`)."""
+
+    __slots__ = ("regions",)
+
+    def __init__(self, initial: bytes | int = b"") -> None:
+        super().__init__(initial)
+        self.regions: list[tuple[int, FileRegion]] = []
+
+
+def _append_records(buf: bytearray, value: Any) -> None:
+    """A records value that is not ``bytes``: a region is a gap in a :class:`RegionBuffer`
+    and read into any other buffer; anything else (bytearray, memoryview) is copied."""
+    if isinstance(value, FileRegion):
+        if isinstance(buf, RegionBuffer):
+            buf.regions.append((len(buf), value))
+        else:
+            buf += value.read()
+    else:
+        buf += value
 
 
 def _build(schema: type) -> Encoder:

@@ -35,16 +35,20 @@ def _shape(cls: type) -> tuple[bool, tuple[str, ...]]:
 
 
 def _first_error(value: Any, depth: int) -> ErrorCode | None:
-    if depth > _MAX_DEPTH or not dataclasses.is_dataclass(value):
-        return None
-    has_error, nested = _shape(type(value))
+    shape = _SHAPES.get(value.__class__)  # known classes skip the dataclass check
+    if shape is None:
+        if depth > _MAX_DEPTH or not dataclasses.is_dataclass(value):
+            return None
+        shape = _shape(type(value))
+    has_error, nested = shape
     if has_error:
-        code = getattr(value, "error_code")  # noqa: B009
+        code = value.error_code
         if code != 0:
-            return ErrorCode(code)
-    for name in nested:
-        for item in getattr(value, name) or ():  # nullable arrays are None
-            found = _first_error(item, depth + 1)
-            if found is not None:
-                return found
+            return code if code.__class__ is ErrorCode else ErrorCode(code)
+    if depth < _MAX_DEPTH:
+        for name in nested:
+            for item in getattr(value, name) or ():  # nullable arrays are None
+                found = _first_error(item, depth + 1)
+                if found is not None:
+                    return found
     return None

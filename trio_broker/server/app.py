@@ -154,7 +154,7 @@ class BrokerApp:
                 for pool in self._pools:
                     await root.start(pool.run)
                 self.metrics.request_handler_avg_idle_percent.set_function(
-                    lambda: self._pools[0].idle_ratio)
+                    self._pools[0].read_avg_idle_ratio)
                 self.listeners = await root.start(server.serve)
                 broker.advertised.update(advertised_endpoints(config, self.listeners))
                 if config.metrics_prometheus_listener:
@@ -244,4 +244,4 @@ class BrokerApp:
                  memory_pool_available=server.memory_pool.available,
                  memory_pool_used=server.memory_pool.used,
                  connection_count=server.connection_count,
-                 request_handler_avg_idle_percent=round(self._pools[0].idle_ratio, 4))
+                 request_handler_avg_idle_percent=round(self._pools[0].read_avg_idle_ratio(), 4))

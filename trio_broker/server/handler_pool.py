@@ -19,9 +19,10 @@ import trio
 
 from ..network.request_channel import Request, RequestChannel, ResponseAction
 from ..observability.log import emit, for_connection
-from ..protocol.codec import encode_response, frame_response
+from ..protocol.codec import encode_response, encode_response_parts, frame_response
 from ..protocol.error_response import error_response
 from ..protocol.errors import response_error
+from ..protocol.regions import FramedParts
 from .context import NO_RESPONSE, CloseConnection, EncodedBody, Parked, RequestContext
 from .quota_manager import REQUEST
 from .registry import handlers
@@ -53,6 +54,10 @@ class RequestHandlerPool:
         # Idle handlers lent to requests handled inline, in their connection's task.
         self._lent = 0
         self._lent_lot = trio.lowlevel.ParkingLot()
+        # Handler time of finished requests (until they returned or parked), for the
+        # time-averaged idle gauge, and where the previous reading of it left off.
+        self._busy_ns = 0
+        self._idle_read = (time.perf_counter_ns(), 0)
         self.cancel_scope = trio.CancelScope()
         channel.inline_handler = self
 
@@ -60,6 +65,18 @@ class RequestHandlerPool:
     def idle_ratio(self) -> float:
         """Share of handlers free for a request right now (RequestHandlerAvgIdlePercent)."""
         return max(self._idle_handlers - self._lent, 0) / self.num_handlers
+
+    def read_avg_idle_ratio(self) -> float:
+        """Kafka's RequestHandlerAvgIdlePercent (0..1): the handlers' idle share of the time
+        since the previous reading (a handler is busy from taking a request until its handler
+        returns or parks it)."""
+        now = time.perf_counter_ns()
+        since, busy_before = self._idle_read
+        self._idle_read = (now, self._busy_ns)
+        elapsed = (now - since) * self.num_handlers
+        if elapsed <= 0:
+            return 1.0
+        return min(max(1.0 - (self._busy_ns - busy_before) / elapsed, 0.0), 1.0)
 
     def can_handle_inline(self, request: Request) -> bool:
         handler = self._handlers.get(request.decoded.api_key)
@@ -126,6 +143,7 @@ class RequestHandlerPool:
                 await self._answer(request, ctx, lambda: interceptor(ctx, handler.handle))
                 return
             await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
+        self._busy_ns += time.perf_counter_ns() - request.dequeue_ns
 
     async def _answer(self, request: Request, ctx: RequestContext,
                       produce: Callable[[], Awaitable[Any]]) -> None:
@@ -219,11 +237,12 @@ class RequestHandlerPool:
                          throttle_quota=ctx.throttle_quota)
         else:
             # Encoded before anything is recorded: a body that cannot be encoded is a failure.
-            framed = encode_response(request.decoded, body)
+            framed = encode_response_parts(request.decoded, body)
             self._finish(request, ResponseAction.SEND, framed, error=response_error(body),
                          throttle_ms=ctx.throttle_ms, throttle_quota=ctx.throttle_quota)
 
-    def _finish(self, request: Request, action: ResponseAction, payload: bytes = b"", *,
+    def _finish(self, request: Request, action: ResponseAction,
+                payload: bytes | FramedParts = b"", *,
                 error: str = "NONE", throttle_ms: int = 0, throttle_quota: str = "",
                 close_reason: str = "") -> None:
         now = time.perf_counter_ns()
@@ -239,6 +258,7 @@ class RequestHandlerPool:
             # The connection is gone (idle expiry, client close): the response is dropped but
             # the request still counts in the metrics, as in Kafka.
             request.response_dequeue_ns = request.end_ns = now
+            request.slot.release()
             self.server.request_completed(request, dropped=True)
         else:
             owner.wake()

@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal, overload
 
 import attrs
 import trio
@@ -33,7 +34,7 @@ from .errors import (
     StorageError,
 )
 from .producer_state import ProducerStateManager
-from .segment import Segment
+from .segment import Segment, SegmentRegion
 from .topic_config import LogConfig
 
 #: The one leader epoch of every partition: this node has led it since offset 0. Metadata,
@@ -63,6 +64,17 @@ class ReadResult:
     """Whole batches read from one partition, with the partition's offsets."""
 
     records: bytes
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+
+
+@attrs.frozen
+class RegionReadResult:
+    """As :class:`ReadResult`, from ``read(..., region=True)``: the batches are left in the
+    segment file (zero-copy fetch) unless there are none (``b""``)."""
+
+    records: bytes | SegmentRegion
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int
@@ -369,23 +381,40 @@ class PartitionLog:
         slot = bisect.bisect_right(self._bases, offset) - 1
         return self.segments[max(slot, 0)]
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> ReadResult:
-        """Whole batches starting with the one holding ``offset``, from one segment."""
+    @overload
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             region: Literal[False] = False) -> ReadResult: ...
+
+    @overload
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             region: bool) -> ReadResult | RegionReadResult: ...
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             region: bool = False) -> ReadResult | RegionReadResult:
+        """Whole batches starting with the one holding ``offset``, from one segment; with
+        ``region``, left in the file as a :class:`SegmentRegion` (zero-copy fetch)."""
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
             raise OffsetOutOfRange(
                 f"Offset {offset} is out of range for partition {self.topic}-{self.partition}: "
                 f"log start {self.log_start_offset}, log end {end}")
-        records = b""
+        records: bytes | SegmentRegion = b""
         if offset < end:
             slot = bisect.bisect_right(self._bases, offset) - 1
             while slot < len(self.segments):
                 segment = self.segments[slot]
                 position = segment.find_position(offset)
                 if position is not None:
-                    records = segment.read(position, max_bytes, min_one_batch)
+                    if region:
+                        records = segment.read_region(position, max_bytes,
+                                                      min_one_batch) or b""
+                    else:
+                        records = segment.read(position, max_bytes, min_one_batch)
                     break
                 slot += 1
+        if region:
+            return RegionReadResult(records, end, self.log_start_offset, end)
+        assert isinstance(records, bytes)
         return ReadResult(records, end, self.log_start_offset, end)
 
     def iter_headers(self, start_offset: int) -> Iterator[rb.BatchHeader]:

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..protocol import records as rb
+from ..protocol.regions import FileRegion, RegionInvalid
 
 INDEX_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
@@ -193,6 +194,8 @@ class Segment:
         #: Kafka's rollingBasedTimestamp: the first batch's max timestamp (-1: none yet).
         self.roll_base_ms = -1
         self.bytes_since_index = 0
+        #: Times the file was cut short: a region read before a cut no longer names its bytes.
+        self.truncations = 0
 
     # ------------------------------------------------------------------------------- append
     def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
@@ -273,6 +276,32 @@ class Segment:
             return os.pread(self.fd, size, position)
         return data[:end] if end < len(data) else data
 
+    def read_region(self, position: int, max_bytes: int, min_one_batch: bool
+                    ) -> SegmentRegion | None:
+        """As :meth:`read`, but the bytes stay in the file (zero-copy fetch); None for none.
+
+        The end is found from batch headers only: the offset index gives a batch start at or
+        before the limit (entries are at most ``index.interval.bytes`` apart), and 12-byte
+        header peeks walk on from there.
+        """
+        available = self.size - position
+        if available <= 0:
+            return None
+        limit = position + min(max_bytes, available)
+        positions = self.offset_index.positions
+        slot = bisect.bisect_right(positions, limit) - 1
+        end = positions[slot] if slot >= 0 and positions[slot] > position else position
+        while end < self.size:
+            _, size, _ = self.peek(end)
+            if end + size > limit:
+                break
+            end += size
+        if end == position:
+            if not min_one_batch:
+                return None
+            end = position + self.peek(position)[1]
+        return SegmentRegion(self, position, end - position)
+
     def iter_headers(self, position: int = 0) -> Iterator[tuple[int, rb.BatchHeader]]:
         """Every batch header from ``position`` (a cold path: recovery and replay)."""
         while position + rb.HEADER_SIZE <= self.size:
@@ -346,6 +375,7 @@ class Segment:
             valid += consumed
         truncated = file_size - valid
         if truncated:
+            self.truncations += 1
             os.ftruncate(self.fd, valid)
             self.size = valid
         return truncated, reason
@@ -368,6 +398,7 @@ class Segment:
         position = self.find_position(offset)
         if position is None:
             return
+        self.truncations += 1
         os.ftruncate(self.fd, position)
         self.size = position
         self.recover(self.base_offset)
@@ -389,3 +420,47 @@ class Segment:
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+
+
+class SegmentRegion(FileRegion):
+    """Bytes of one segment's ``.log`` file for a Fetch response, sent with ``sendfile``.
+
+    The region holds its own duplicate of the file descriptor (docs/decisions.md, "zero-copy
+    fetch"): retention may delete and close the segment while the response is being sent, and
+    the open file keeps the unlinked bytes readable, as Kafka's ``.deleted`` rename with
+    ``file.delete.delay.ms`` does. A truncation (which could let later appends overwrite the
+    region's positions) is detected by :meth:`check`, which the writer calls before each
+    ``sendfile``; the connection is then closed rather than sending other bytes.
+    """
+
+    __slots__ = ("fd", "position", "size", "_segment", "_truncations")
+
+    def __init__(self, segment: Segment, position: int, size: int) -> None:
+        self.fd = os.dup(segment.fd)
+        self.position = position
+        self.size = size
+        self._segment = segment
+        self._truncations = segment.truncations
+
+    def check(self) -> None:
+        if self._segment.truncations != self._truncations:
+            raise RegionInvalid(f"segment {self._segment.log_path.name} was truncated")
+        if self.fd < 0:
+            raise RegionInvalid("region already released")
+
+    def read(self) -> bytes:
+        self.check()
+        data = os.pread(self.fd, self.size, self.position)
+        if len(data) != self.size:
+            raise RegionInvalid(f"read {len(data)} of {self.size} bytes")
+        return data
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        # A response dropped without an explicit release (e.g. a throttled fetch's first
+        # answer) must not leak the descriptor.
+        self.release()

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from ...protocol.codec import encode_body
+from ...protocol.codec import encoded_size
 from ...storage.log import LEADER_EPOCH
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
@@ -127,11 +127,14 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
     aborted: tuple[Any, ...] | None = () if read_committed else None
     total = 0
     errors = False
+    # Zero-copy: the records stay in the segment files; the connection sends them with
+    # sendfile where it can and reads them otherwise (protocol/regions.py).
+    region = ctx.broker.config.socket_sendfile_enable
     read = []
     for part in reads:
         index = part.key.partition
         code = ErrorCode.none
-        records = b""
+        records: Any = b""  # bytes, or a FileRegion (zero-copy)
         hw = lso = start = -1
         log = (lm.get_partition(part.name, index)
                if lm is not None and part.name is not None else None)
@@ -152,7 +155,7 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
             try:
                 result = log.read(part.fetch_offset,
                                   max(0, min(part.partition_max_bytes, remaining)),
-                                  min_one_batch=total == 0)
+                                  min_one_batch=total == 0, region=region)
             except Exception as exc:  # OFFSET_OUT_OF_RANGE and storage failures
                 code, _ = error_of(exc)
             else:
@@ -291,7 +294,7 @@ def _throttled(ctx: RequestContext, managers: QuotaManagers, response: Any) -> b
     now = trio.current_time()
     if managers.fetch.enabled:
         # Kafka counts the whole response (FetchResponse.sizeOf), not only the records.
-        size = len(encode_body(response))
+        size = encoded_size(response)
         fetch_ms = managers.fetch.record(ctx.user, ctx.client_id, float(size), now)
     if max(request_ms, fetch_ms) <= 0:
         return False
