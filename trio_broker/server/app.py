@@ -133,6 +133,9 @@ class BrokerApp:
                 self._coordinator_scope = trio.CancelScope()
                 await root.start(self._run_in_scope, self._coordinator_scope,
                                  broker.group_coordinator.run)
+                self._txn_scope = trio.CancelScope()
+                await root.start(self._run_in_scope, self._txn_scope,
+                                 broker.transaction_coordinator.run)
                 self._purgatory_scope = trio.CancelScope()
                 await root.start(self._run_in_scope, self._purgatory_scope,
                                  broker.purgatory.run)
@@ -218,6 +221,7 @@ class BrokerApp:
             pool.cancel_scope.cancel()
         self._purgatory_scope.cancel()
         step("handlers_stopped")
+        self._txn_scope.cancel()
         self._coordinator_scope.cancel()
         self._storage_scope.cancel()
         step("storage_closing")

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_body
 from ...storage.log import LEADER_EPOCH
+from ...storage.txn_index import committed_view
 from ..context import RequestContext
 from ..fetch_session import (
     FINAL_EPOCH,
@@ -122,7 +123,6 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
     lm = ctx.broker.log_manager
     remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
-    aborted: tuple[Any, ...] | None = () if read_committed else None
     total = 0
     errors = False
     read = []
@@ -131,6 +131,7 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
         code = ErrorCode.none
         records = b""
         hw = lso = start = -1
+        aborted: tuple[Any, ...] | None = () if read_committed else None
         log = (lm.get_partition(part.name, index)
                if lm is not None and part.name is not None else None)
         if part.name is None:
@@ -155,6 +156,9 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
                 records = result.records
                 hw, start, lso = (result.high_watermark, result.log_start_offset,
                                   result.last_stable_offset)
+                if read_committed:
+                    records, aborted = committed_view(log.txn_index, records, part.fetch_offset,
+                                                      lso, module.AbortedTransaction)
                 total += len(records)
                 remaining -= len(records)
         errors = errors or code is not ErrorCode.none

@@ -80,9 +80,6 @@ async def _append_checked(ctx: RequestContext, topic: str, partition: int, recor
     lm = ctx.broker.log_manager
     if records is None:
         return ErrorCode.invalid_record, "Produce request without records", -1, -1, -1, 0
-    if transactional:
-        return (ErrorCode.transactional_id_authorization_failed,
-                "Transactions are not supported by this broker", -1, -1, -1, 0)
     problem = _single_batch_problem(records)
     if problem is not None:
         return ErrorCode.invalid_record, problem, -1, -1, -1, 0
