@@ -6,6 +6,7 @@ no aborted one, read_uncommitted consumers see both.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -160,3 +161,125 @@ def test_confluent_second_producer_fences_the_first(broker_process: Callable[...
     got = read_all(bootstrap, "fence", "read_committed", 1)
     assert [v for _, v in got] == [b"from-second"]
     assert process.events("transaction_fenced")
+
+
+def test_confluent_kill_9_mid_transaction_then_restart(broker_process: Callable[..., Any]
+                                                       ) -> None:
+    """A committed transaction survives a crash; an open one is aborted by its timeout after
+    the restart (its producer is gone), and a new producer with the same id carries on."""
+    process = broker_process({"log.flush.interval.messages": "1",
+                              "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                                  "200"})
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "crash")
+    producer = txn_producer(bootstrap, "crash-id", **{"transaction.timeout.ms": 3000})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("crash", value=f"kept-{i}".encode(), partition=i % PARTITIONS)
+    producer.commit_transaction(15)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("crash", value=f"open-{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(15) == 0
+    process.kill()
+    process.start()
+    # The open transaction holds the LSO until the coordinator times it out and aborts it.
+    deadline = time.monotonic() + 20
+    while not process.events("transaction_timed_out") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process.events("transaction_timed_out")
+    second = txn_producer(bootstrap, "crash-id")
+    second.init_transactions(30)
+    second.begin_transaction()
+    second.produce("crash", value=b"after", partition=0)
+    second.commit_transaction(15)
+    got = read_all(bootstrap, "crash", "read_committed", 7)
+    assert sorted(v for _, v in got) == sorted([f"kept-{i}".encode() for i in range(6)]
+                                               + [b"after"])
+    everything = read_all(bootstrap, "crash", "read_uncommitted", 13)
+    assert len(everything) == 13
+
+
+def test_aiokafka_transactional_producer(broker_process: Callable[..., Any]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    process = broker_process()
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "aio-txn")
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio-id",
+                                    request_timeout_ms=20000)
+        await asyncio.wait_for(producer.start(), 20)
+        try:
+            async with producer.transaction():
+                for i in range(6):
+                    await producer.send("aio-txn", value=f"c-{i}".encode(),
+                                        partition=i % PARTITIONS)
+            await producer.begin_transaction()
+            for i in range(6):
+                await producer.send_and_wait("aio-txn", value=f"a-{i}".encode(),
+                                             partition=i % PARTITIONS)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send("aio-txn", value=b"c-last", partition=2)
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    got = read_all(bootstrap, "aio-txn", "read_committed", 7)
+    assert sorted(v for _, v in got) == sorted([f"c-{i}".encode() for i in range(6)]
+                                               + [b"c-last"])
+    assert len(read_all(bootstrap, "aio-txn", "read_uncommitted", 13)) == 13
+    # aiokafka's read_committed consumer filters the aborted records itself, too.
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    async def consume() -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    isolation_level="read_committed",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([AioTopicPartition("aio-txn", p) for p in range(PARTITIONS)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(values) < 7 and time.monotonic() < deadline:
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    values += [m.value for m in batch]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert sorted(asyncio.run(consume())) == sorted([f"c-{i}".encode() for i in range(6)]
+                                                    + [b"c-last"])
+
+
+def test_kafka_python_transactional_producer(broker_process: Callable[..., Any]) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    process = broker_process()
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "kp-txn")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kp-id")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send("kp-txn", value=f"c-{i}".encode(), partition=i % PARTITIONS)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send("kp-txn", value=f"a-{i}".encode(), partition=i % PARTITIONS)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close(10)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000)
+    consumer.assign([KTopicPartition("kp-txn", p) for p in range(PARTITIONS)])
+    values = sorted(m.value for m in consumer)
+    consumer.close()
+    assert values == [f"c-{i}".encode() for i in range(4)]
+    assert len(read_all(bootstrap, "kp-txn", "read_uncommitted", 8)) == 8
