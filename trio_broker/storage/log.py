@@ -163,7 +163,7 @@ class PartitionLog:
                 if header.is_transactional:
                     kind = control_type(self.read(header.base_offset, header.size).records[
                         :header.size]) if header.is_control else None
-                    self.txn_index.on_batch(header, kind, header.base_offset,
+                    self.txn_index.on_batch(header, kind,
                                             self.segment_for(header.base_offset).base_offset)
         state.map_end_offset = self.log_end_offset
 
@@ -256,7 +256,7 @@ class PartitionLog:
         for _, header in assigned:
             state.update(header)
         if any(h.is_transactional for _, h in assigned):
-            self.txn_index.track(data, assigned, base_offset, segment.base_offset)
+            self.txn_index.track(data, assigned, segment.base_offset)
         self.unflushed_messages += messages
         self._wake()
         return AppendResult(base_offset, stamp if stamp is not None else -1,

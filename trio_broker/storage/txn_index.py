@@ -112,8 +112,8 @@ class TransactionIndex:
         self.aborted: list[AbortedTxn] = []
 
     # ------------------------------------------------------------------------- updating
-    def on_batch(self, header: rb.BatchHeader, kind: int | None, high_watermark: int,
-                 segment_base: int, *, persist: bool = True) -> None:
+    def on_batch(self, header: rb.BatchHeader, kind: int | None, segment_base: int, *,
+                 persist: bool = True) -> None:
         """Account for an appended (or replayed) batch; ``kind`` is the marker type of a
         control batch."""
         if not header.is_transactional or header.producer_id < 0:
@@ -125,15 +125,15 @@ class TransactionIndex:
         first = self.ongoing.pop(pid, None)
         if kind != ABORT or first is None:
             return
-        entry = AbortedTxn(pid, first, header.last_offset, self._lso_without(high_watermark))
+        # Kafka's lastStableOffset of the entry: the oldest other open transaction, else just
+        # past the marker.
+        entry = AbortedTxn(pid, first, header.last_offset,
+                           min(self.ongoing.values(), default=header.last_offset + 1))
         if any(a.producer_id == pid and a.last_offset == entry.last_offset for a in self.aborted):
             return  # replayed after a restart: already indexed
         self.aborted.append(entry)
         if persist:
             self._append_entry(segment_base, entry)
-
-    def _lso_without(self, high_watermark: int) -> int:
-        return min(self.ongoing.values(), default=high_watermark)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """First offset of the oldest open transaction, else the high watermark."""
@@ -178,13 +178,13 @@ class TransactionIndex:
                 os.replace(tmp, path)
 
     def track(self, data: bytes | bytearray, assigned: list[tuple[int, rb.BatchHeader]],
-              high_watermark: int, segment_base: int) -> None:
+              segment_base: int) -> None:
         """Account for the batches of one append (``(position in data, header)`` each)."""
         for position, header in assigned:
             if header.is_transactional:
                 kind = control_type(data[position:position + header.size]) \
                     if header.is_control else None
-                self.on_batch(header, kind, high_watermark, segment_base)
+                self.on_batch(header, kind, segment_base)
 
     def on_log_start_advanced(self, log_start: int, segment_bases: list[int]) -> None:
         """Forget aborted transactions wholly below the new log start, and the index files of
