@@ -137,7 +137,7 @@ async def handle_describe_transactions(ctx: RequestContext, body: Any) -> Any:
             states.append(build(module.TransactionState, error_code=code,
                                 transactional_id=txn_id, transaction_state="",
                                 transaction_timeout=datetime.timedelta(0),
-                                transaction_start_time=_millis_time(-1), producer_id=-1,
+                                transaction_start_time=_EPOCH_START, producer_id=-1,
                                 producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
