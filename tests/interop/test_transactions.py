@@ -283,3 +283,16 @@ def test_kafka_python_transactional_producer(broker_process: Callable[..., Any])
     consumer.close()
     assert values == [f"c-{i}".encode() for i in range(4)]
     assert len(read_all(bootstrap, "kp-txn", "read_uncommitted", 8)) == 8
+
+
+def test_exactly_once_example_runs(broker_process: Callable[..., Any]) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    process = broker_process()
+    example = Path(__file__).resolve().parents[2] / "examples" / "exactly_once.py"
+    result = subprocess.run([sys.executable, str(example), "--bootstrap", process.bootstrap,
+                             "--count", "12"], capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "read_committed sees 12" in result.stdout

@@ -159,6 +159,11 @@ async def test_read_committed_fetch_list_offsets_and_describe(broker: Any) -> No
     try:
         init = await init_pid(client, "tx")
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        # KIP-890 part 1: not added to the transaction yet, so refused (no hanging transaction).
+        refused = await produce(client, "tx", "t", 0, txn_batch(pid, epoch, 0, b"early"))
+        assert refused.error_code is E.invalid_txn_state
+        assert (await produce(client, "tx", "t", 0, txn_batch(pid + 1, epoch, 0, b"x"))
+                ).error_code is E.invalid_producer_id_mapping
         # Aborted: offsets 0-1 and the marker at 2.
         assert await add_partitions(client, "tx", pid, epoch, {"t": [0]}) == {("t", 0): E.none}
         assert (await produce(client, "tx", "t", 0, txn_batch(pid, epoch, 0, b"a", b"b"))

@@ -288,6 +288,22 @@ class TransactionCoordinator:
                  partitions=len(decision.write.partitions))
         return error
 
+    def verify_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       topic: str, partition: int) -> ErrorCode:
+        """KIP-890 part 1: a transactional batch is accepted only for a partition already in
+        the producer's ongoing transaction, so a stray write cannot open a transaction that no
+        marker will ever close (a "hanging" transaction holding the LSO forever)."""
+        if not self.is_active:
+            return E.none  # no coordinator running (an embedded test broker): nothing to check
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return E.invalid_producer_id_mapping
+        if producer_epoch < meta.producer_epoch:
+            return E.invalid_producer_epoch
+        if meta.state is not TxnState.ONGOING or (topic, partition) not in meta.partitions:
+            return E.invalid_txn_state
+        return E.none
+
     def offsets_partition(self, group_id: str) -> TopicPartition:
         """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for a group."""
         return OFFSETS_TOPIC, self.groups.partition_for(group_id)
