@@ -12,6 +12,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as E
 
 from trio_broker.config import load_config
@@ -21,6 +23,7 @@ from trio_broker.coordinator.transaction import TransactionCoordinator, TxnState
 from trio_broker.coordinator.transaction import state as sm
 from trio_broker.coordinator.transaction.records import (
     TRANSACTION_TOPIC,
+    decode_key,
     decode_value,
     encode_value,
 )
@@ -373,3 +376,16 @@ async def test_describe_list_and_expire(
     assert "idle" not in txn.transactions
     assert txn.transactions["busy"].state is TxnState.ONGOING
     assert log_events.events("transactional_id_expired", transactional_id="idle")
+
+
+# ------------------------------------------------------------------ robustness of readers
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(data=st.binary(max_size=200))
+def test_log_readers_refuse_garbage_with_value_error(data: bytes) -> None:
+    """Whatever bytes a damaged log holds, the loaders see ValueError (skipped), never a crash."""
+    for decode in (decode_key, lambda raw: decode_value("tx", raw)):
+        try:
+            decode(data)
+        except ValueError:
+            pass
+    assert control_type(data) in (None, ABORT, COMMIT)
