@@ -50,6 +50,8 @@ from .state import TxnMetadata, TxnState
 E = ErrorCode
 TopicPartition = tuple[str, int]
 _LOAD_READ_BYTES = 4 * 1024 * 1024
+#: The longest a transaction's second phase may hold a shutdown (seconds).
+_FINISH_LIMIT_S = 10.0
 
 
 @attrs.frozen
@@ -376,17 +378,20 @@ class TransactionCoordinator:
         ``meta`` is a written PrepareCommit/PrepareAbort; its id is in ``_busy``."""
         commit = meta.state is TxnState.PREPARE_COMMIT
         txn_id = meta.transactional_id
+        error: ErrorCode = E.coordinator_not_available
         try:
-            with trio.CancelScope(shield=True):
-                # Once started, the markers are all written: a half-written set would leave
-                # partitions with different outcomes until the next restart.
+            # Once started, the markers are all written, even through a shutdown: a half-written
+            # set would leave partitions with different outcomes until the next restart. The
+            # deadline bounds that (a stopped group coordinator never answers its writes).
+            with trio.CancelScope(shield=True,
+                                  deadline=trio.current_time() + _FINISH_LIMIT_S):
                 await self._write_markers(meta, commit)
                 done = sm.complete(meta, self._now_ms())
                 error = await self._write(done)
         finally:
             self._busy.discard(txn_id)
         if error:
-            return  # PrepareX stays current; the restart (or the next write) completes it
+            return  # PrepareX stays current; the restart completes it
         duration = self._now_ms() - meta.start_ms if meta.start_ms >= 0 else -1
         fields = dict(transactional_id=txn_id, producer_id=meta.producer_id,
                       producer_epoch=meta.producer_epoch, partitions=len(meta.partitions),
@@ -430,11 +435,17 @@ class TransactionCoordinator:
             await self.abort_timed_out()
 
     async def abort_timed_out(self) -> int:
-        """Abort every transaction open longer than its timeout; the number aborted."""
+        """Abort every transaction open longer than its timeout (the number aborted), and retry
+        the second phase of any left in PrepareCommit/PrepareAbort."""
         count = 0
         now = self._now_ms()
         for txn_id, meta in list(self._txns.items()):
             if txn_id in self._busy:
+                continue
+            if meta.in_prepare:
+                # A second phase that failed (a storage error): try it again.
+                self._busy.add(txn_id)
+                self._spawn(self._finish, meta)
                 continue
             abort = sm.timed_out_abort(meta, now)
             if abort is None:
