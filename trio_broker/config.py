@@ -535,6 +535,10 @@ class BrokerConfig:
         "transaction.state.log.segment.bytes", 104857600,
         "Segment size of the __transaction_state log.", validator=at_least(1),
         group="Transactions")
+    transaction_state_log_load_buffer_size: int = setting(
+        "transaction.state.log.load.buffer.size", 5242880,
+        "Bytes read at a time when loading __transaction_state at start-up.",
+        validator=at_least(1), group="Transactions")
     transactional_id_expiration_ms: int = setting(
         "transactional.id.expiration.ms", 604800000,
         "Forget a transactional id with no transaction in progress after this long idle.",

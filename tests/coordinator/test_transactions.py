@@ -388,3 +388,52 @@ def test_log_readers_refuse_garbage_with_value_error(data: bytes) -> None:
         with contextlib.suppress(ValueError):
             decode(data)
     assert control_type(data) in (None, ABORT, COMMIT)
+
+
+# -------------------------------------------------------------- storage across restarts
+def _txn(pid: int, *values: bytes, seq: int = 0) -> bytes:
+    return rb.build_batch([(None, v, (), 1_700_000_000_000) for v in values], producer_id=pid,
+                          producer_epoch=0, base_sequence=seq, attributes=rb.TRANSACTIONAL_BIT)
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_open_transactions_survive_a_restart_through_snapshots_and_replay(
+        tmp_path: Path, clean: bool) -> None:
+    """An open transaction before a roll (kept in the producer snapshot) and one after it
+    (found by replay) both hold the LSO after a restart, clean or not; their markers free it."""
+    from trio_broker.storage.txn_index import build_marker
+
+    config = load_config({"log.dirs": str(tmp_path / "data")})
+    lm = LogManager(config)
+    lm.open()
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    log.append(_txn(1, b"a"))                  # offset 0, producer 1 opens
+    log.roll()                                 # snapshot at 1 holds {1: 0}
+    log.append(_txn(2, b"b"))                  # offset 1, producer 2 opens
+    log.append(build_marker(2, 0, False, 1), from_client=False, producer_check=False)  # 2
+    log.append(_txn(3, b"c"))                  # offset 3, producer 3 opens
+    assert (log.last_stable_offset, log.high_watermark) == (0, 4)
+    if clean:
+        lm.close()
+    else:
+        log.flush_sync()
+        for partition_log in lm.all_partitions():
+            partition_log.close()
+        lm._release_lock()
+    lm = LogManager(config)
+    lm.open()
+    try:
+        log = lm.get_partition("t", 0)
+        assert log is not None
+        assert log.producer_state.ongoing_txns == {1: 0, 3: 3}
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.txn_index.aborted
+                ] == [(2, 1, 2)]
+        assert log.last_stable_offset == 0
+        log.append(build_marker(1, 0, True, 2), from_client=False, producer_check=False)
+        assert log.last_stable_offset == 3
+        log.append(build_marker(3, 0, True, 2), from_client=False, producer_check=False)
+        assert log.last_stable_offset == log.high_watermark == 6
+    finally:
+        lm.close()

@@ -49,7 +49,6 @@ from .state import TxnMetadata, TxnState
 
 E = ErrorCode
 TopicPartition = tuple[str, int]
-_LOAD_READ_BYTES = 4 * 1024 * 1024
 #: The longest a transaction's second phase may hold a shutdown (seconds).
 _FINISH_LIMIT_S = 10.0
 
@@ -129,7 +128,8 @@ class TransactionCoordinator:
         lm = self.log_manager
         offset = 0
         while True:
-            result = lm.read(TRANSACTION_TOPIC, partition, offset, _LOAD_READ_BYTES)
+            result = lm.read(TRANSACTION_TOPIC, partition, offset,
+                             self.config.transaction_state_log_load_buffer_size)
             offset = max(offset, result.log_start_offset)
             if not result.records:
                 return
