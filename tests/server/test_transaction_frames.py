@@ -209,3 +209,23 @@ async def test_read_committed_fetch_list_offsets_and_describe(broker: Any) -> No
         assert (int(active.producer_id), int(active.current_txn_start_offset)) == (pid, 5)
     finally:
         await client.aclose()
+
+
+async def test_transaction_states_are_a_metric(start_broker: Any) -> None:
+    from tests.server.test_broker_topic_metrics import scrape
+
+    running = await start_broker({"metrics.prometheus.listener": "127.0.0.1:0"})
+    running.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(running.port)
+    try:
+        for txn_id in ("a", "b"):
+            init = await init_pid(client, txn_id)
+            assert init.error_code is E.none
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        assert await add_partitions(client, "b", pid, epoch, {"t": [0]}) == {("t", 0): E.none}
+    finally:
+        await client.aclose()
+    samples = await scrape(running.app.metrics_port)
+    name = "kafka_coordinator_transaction_transactions"
+    assert samples[(name, frozenset({("state", "Empty")}))] == 1
+    assert samples[(name, frozenset({("state", "Ongoing")}))] == 1

@@ -122,6 +122,7 @@ class BrokerApp:
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
+        self.metrics.watch_transactions(broker.transaction_coordinator)
         trio.lowlevel.add_instrument(self.metrics.idle)
         server = self.socket_server
         try:
