@@ -229,3 +229,41 @@ async def test_transaction_states_are_a_metric(start_broker: Any) -> None:
     name = "kafka_coordinator_transaction_transactions"
     assert samples[(name, frozenset({("state", "Empty")}))] == 1
     assert samples[(name, frozenset({("state", "Ongoing")}))] == 1
+
+
+async def test_pending_transactional_offsets_are_unstable_for_require_stable(broker: Any
+                                                                             ) -> None:
+    broker.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(broker.port)
+
+    async def offset_fetch(require_stable: bool) -> tuple[Any, int]:
+        m = mod(9, 8)
+        answer = await client.request(9, 8, m.OffsetFetchRequest(
+            require_stable=require_stable, groups=(m.OffsetFetchRequestGroup(
+                group_id="g", topics=(m.OffsetFetchRequestTopics(
+                    name="t", partition_indexes=(0,)),)),)))
+        part = answer.groups[0].topics[0].partitions[0]
+        return part.error_code, int(part.committed_offset)
+
+    try:
+        init = await init_pid(client, "tx")
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        m = mod(ADD_OFFSETS, 3)
+        assert (await client.request(ADD_OFFSETS, 3, m.AddOffsetsToTxnRequest(
+            transactional_id="tx", producer_id=pid, producer_epoch=epoch, group_id="g"))
+                ).error_code is E.none
+        m = mod(TXN_OFFSET_COMMIT, 3)
+        answer = await client.request(TXN_OFFSET_COMMIT, 3, m.TxnOffsetCommitRequest(
+            transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=(m.TxnOffsetCommitRequestTopic(name="t", partitions=(
+                m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                  committed_leader_epoch=-1,
+                                                  committed_metadata=""),)),)))
+        assert answer.topics[0].partitions[0].error_code is E.none
+        assert await offset_fetch(True) == (E.unstable_offset_commit, -1)
+        assert await offset_fetch(False) == (E.none, -1)  # not visible before the commit
+        assert await end_txn(client, "tx", pid, epoch, True) is E.none
+        assert await offset_fetch(True) == (E.none, 5)
+    finally:
+        await client.aclose()

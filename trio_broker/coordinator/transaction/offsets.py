@@ -46,6 +46,14 @@ class TxnOffsets:
         self.log_manager = log_manager
         self.pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
 
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of ``group_id`` with a transactional commit not yet decided (OffsetFetch
+        with require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        found: set[TopicPartition] = set()
+        for groups in self.pending.values():
+            found.update(groups.get(group_id, {}))
+        return found
+
     def validate(self, group_id: str, generation_id: int, member_id: str,
                  instance_id: str | None) -> ErrorCode:
         """Kafka's ``doTxnCommitOffsets`` checks: a known member of the current generation

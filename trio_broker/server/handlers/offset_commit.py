@@ -51,8 +51,12 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
 
 # ----------------------------------------------------------------------- OffsetFetch
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type[Any],
-                 partition_cls: type[Any], index_field: str) -> tuple[int, tuple[Any, ...]]:
-    """``(error, topics)`` for one group; ``topics`` None means every committed partition."""
+                 partition_cls: type[Any], index_field: str, require_stable: bool = False
+                 ) -> tuple[int, tuple[Any, ...]]:
+    """``(error, topics)`` for one group; ``topics`` None means every committed partition.
+    With ``require_stable`` (v7+), a partition with an undecided transactional commit is
+    UNSTABLE_OFFSET_COMMIT (KIP-447), so the consumer retries instead of starting from an
+    offset the transaction is about to replace."""
     coord = coordinator(ctx)
     wanted: list[tuple[str, int]] | None = None
     if topics is not None:
@@ -61,17 +65,22 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
         error, found = int(ErrorCode.coordinator_not_available), {}
     else:
         error, found = coord.fetch_offsets(group_id, wanted)
+    unstable = (ctx.broker.transaction_coordinator.offsets.pending_partitions(group_id)
+                if require_stable and not error else set())
     by_topic: dict[str, list[Any]] = {}
-    keys = wanted if wanted is not None else list(found)
+    keys = wanted if wanted is not None else sorted(set(found) | unstable)
     for topic, partition in keys:
         committed = found.get((topic, partition))
+        if (topic, partition) in unstable:
+            committed = None
         by_topic.setdefault(topic, []).append(build(
             partition_cls, partition_index=partition,
             committed_offset=committed.offset if committed else NO_OFFSET,
             committed_leader_epoch=committed.leader_epoch if committed else -1,
             metadata=committed.metadata if committed else "",
             # Before v2 there is no top-level error: each partition carries it.
-            error_code=ErrorCode(error if ctx.api_version < 2 else 0)))
+            error_code=ErrorCode.unstable_offset_commit if (topic, partition) in unstable
+            else ErrorCode(error if ctx.api_version < 2 else 0)))
     return error, tuple(build(topic_cls, name=name, partitions=tuple(parts))
                         for name, parts in by_topic.items())
 
@@ -86,14 +95,16 @@ async def handle_offset_fetch(ctx: RequestContext, body: Any) -> Any:
         groups = []
         for group in body.groups:
             error, topics = _fetch_group(ctx, group.group_id, group.topics, topic_cls,
-                                         partition_cls, "partition_indexes")
+                                         partition_cls, "partition_indexes",
+                                         bool(getattr(body, "require_stable", False)))
             groups.append(build(group_cls, group_id=group.group_id, topics=topics,
                                 error_code=ErrorCode(error)))
         return build(cls, throttle_time=throttle(ctx), groups=tuple(groups))
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     partition_cls = nested(cls, "OffsetFetchResponsePartition")
     error, topics = _fetch_group(ctx, body.group_id, body.topics, topic_cls, partition_cls,
-                                 "partition_indexes")
+                                 "partition_indexes",
+                                 bool(getattr(body, "require_stable", False)))
     return build(cls, throttle_time=throttle(ctx), topics=topics, error_code=ErrorCode(error))
 
 
