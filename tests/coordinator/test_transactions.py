@@ -437,3 +437,55 @@ def test_open_transactions_survive_a_restart_through_snapshots_and_replay(
         assert log.last_stable_offset == log.high_watermark == 6
     finally:
         lm.close()
+
+
+async def test_compaction_respects_aborted_and_open_transactions(tmp_path: Path) -> None:
+    """The cleaner cleans only below the LSO, and an aborted record never makes the committed
+    record of its key obsolete (Kafka's cleaner drops aborted data; here it is kept and
+    read_committed consumers keep filtering it with the aborted-transaction index)."""
+    from trio_broker.storage.txn_index import build_marker
+
+    def rec(key: bytes, value: bytes) -> Any:
+        return (key, value, (), int(EPOCH * 1000))
+
+    lm = LogManager(load_config({"log.dirs": str(tmp_path / "data")}))
+    lm.open()
+    lm.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": "400"})
+    log = lm.get_partition("c", 0)
+    assert log is not None
+    committed = (await lm.append("c", 0, rb.build_batch([rec(b"k", b"committed")]))).base_offset
+    # An aborted transaction rewrites the key.
+    await lm.append("c", 0, rb.build_batch([rec(b"k", b"aborted")], producer_id=9,
+                                           producer_epoch=0, base_sequence=0,
+                                           attributes=rb.TRANSACTIONAL_BIT))
+    log.append(build_marker(9, 0, False, 1), from_client=False, producer_check=False)
+    for i in range(12):  # closed segments below the LSO
+        await lm.append("c", 0, rb.build_batch([rec(b"p", b"plain-%d" % i)]))
+    # An open transaction rewrites another key; later plain records roll segments past it.
+    open_first = (await lm.append("c", 0, rb.build_batch(
+        [rec(b"o", b"open")], producer_id=10, producer_epoch=0, base_sequence=0,
+        attributes=rb.TRANSACTIONAL_BIT))).base_offset
+    for i in range(30):
+        await lm.append("c", 0, rb.build_batch([rec(b"o", b"plain-%d" % i)]))
+    assert len(log.segments) > 3 and log.last_stable_offset == open_first
+    assert await lm.cleaner.clean_once()
+    kept = [(r.offset, r.value) for _, batch in _batches_of(log)
+            for r in rb.decode_records(batch)]
+    assert (committed, b"committed") in kept
+    assert [v for _, v in kept if v is not None and v.startswith(b"plain")][0] != b"plain-0"
+    # Nothing at or after the LSO was cleaned: the open transaction's record is still there.
+    later = log.read(open_first, 1 << 20).records
+    assert rb.decode_records(later[:rb.decode_header(later).size])[0].value == b"open"
+    lm.close()
+
+
+def _batches_of(log: Any) -> list[tuple[rb.BatchHeader, bytes]]:
+    """Every batch of every segment."""
+    out: list[tuple[rb.BatchHeader, bytes]] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        view = memoryview(log.read(offset, 1 << 20).records)
+        for p, n in rb.iter_batches(view):
+            out.append((rb.decode_header(view[p:p + n]), bytes(view[p:p + n])))
+        offset = out[-1][0].last_offset + 1
+    return out

@@ -154,28 +154,33 @@ class TransactionIndex:
                                      entry.last_offset, entry.last_stable_offset))
 
     def load(self, log_start: int, log_end: int, segment_bases: list[int]) -> None:
-        """Read every segment's ``.txnindex``; drop entries beyond the log end (cut by
-        recovery) and index files of segments that no longer exist."""
+        """Read every ``.txnindex``; drop entries beyond the log end (cut by recovery), and
+        files whose entries all lie below the log start. A file is kept by its entries, not by
+        its name: compaction may merge the segment it was named after into an earlier one."""
+        del segment_bases  # kept for the caller's symmetry with the other indexes
         self.aborted = []
-        live = set(segment_bases)
         for path in sorted(self.directory.glob(f"*{TXN_INDEX_SUFFIX}")):
-            stem = path.name[: -len(TXN_INDEX_SUFFIX)]
-            if not stem.isdigit() or int(stem) not in live:
+            if not path.name[: -len(TXN_INDEX_SUFFIX)].isdigit():
                 path.unlink(missing_ok=True)
                 continue
             data = path.read_bytes()
             kept = bytearray()
+            live = False
             for at in range(0, len(data) - _ENTRY.size + 1, _ENTRY.size):
                 _, pid, first, last, lso = _ENTRY.unpack_from(data, at)
                 if last >= log_end:
                     continue
                 kept += data[at:at + _ENTRY.size]
                 if last >= log_start:
+                    live = True
                     self.aborted.append(AbortedTxn(pid, first, last, lso))
-            if len(kept) != len(data):
+            if not live:
+                path.unlink(missing_ok=True)
+            elif len(kept) != len(data):
                 tmp = path.with_suffix(".txnindex.tmp")
                 tmp.write_bytes(bytes(kept))
                 os.replace(tmp, path)
+        self.aborted.sort(key=lambda a: a.last_offset)
 
     def track(self, data: bytes | bytearray, assigned: list[tuple[int, rb.BatchHeader]],
               segment_base: int) -> None:
@@ -187,14 +192,20 @@ class TransactionIndex:
                 self.on_batch(header, kind, segment_base)
 
     def on_log_start_advanced(self, log_start: int, segment_bases: list[int]) -> None:
-        """Forget aborted transactions wholly below the new log start, and the index files of
-        deleted segments."""
+        """Forget aborted transactions wholly below the new log start, and the index files
+        that hold nothing else."""
+        del segment_bases
         self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
-        live = set(segment_bases)
         for path in self.directory.glob(f"*{TXN_INDEX_SUFFIX}"):
-            stem = path.name[: -len(TXN_INDEX_SUFFIX)]
-            if stem.isdigit() and int(stem) not in live:
+            data = path.read_bytes()
+            if all(_ENTRY.unpack_from(data, at)[3] < log_start
+                   for at in range(0, len(data) - _ENTRY.size + 1, _ENTRY.size)):
                 path.unlink(missing_ok=True)
+
+    def aborted_ranges(self) -> tuple[tuple[int, int, int], ...]:
+        """``(producer_id, first_offset, last_offset)`` of every aborted transaction (for the
+        cleaner: records of aborted transactions must not shadow committed ones)."""
+        return tuple((a.producer_id, a.first_offset, a.last_offset) for a in self.aborted)
 
     def truncate(self) -> None:
         self.ongoing.clear()
