@@ -4,7 +4,7 @@
 Key: ``version i16 (0), transactional_id string``. Value: ``version i16 (0), producer_id i64,
 producer_epoch i16, transaction_timeout_ms i32, transaction_status i8, transaction_partitions
 [topic string, partition_ids [i32]] (null when none), last_update_timestamp_ms i64,
-start_timestamp_ms i64``. A null value is a tombstone (an expired transactional id).
+start_timestamp_ms i64``. A null value is a tombstone (an expired transactional id). The topic is compacted.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from .state import TxnMetadata, TxnState
 
 TRANSACTION_TOPIC = "__transaction_state"
 
-#: Topic configs of ``__transaction_state``: nothing is deleted by time or size (Kafka compacts
-#: it; here the newest record per id wins on load).
-TRANSACTION_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+#: Topic configs of ``__transaction_state``: compacted, as in Kafka (the newest record per
+#: transactional id is the state; an expired id's tombstone goes after delete.retention.ms).
+TRANSACTION_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 
 
 def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
