@@ -624,6 +624,35 @@ class BrokerConfig:
         "connection.failed.authentication.delay.ms", 100,
         "Delay before the failure response and close of a failed authentication.",
         validator=at_least(0), group="Security")
+    # -- transaction coordinator
+    transaction_max_timeout_ms: int = setting(
+        "transaction.max.timeout.ms", 900000,
+        "Largest transaction.timeout.ms a transactional producer may ask for.",
+        validator=at_least(1), group="Transactions")
+    transaction_state_log_num_partitions: int = setting(
+        "transaction.state.log.num.partitions", 50,
+        "Partitions of the internal __transaction_state log.", validator=at_least(1),
+        group="Transactions")
+    transaction_state_log_segment_bytes: int = setting(
+        "transaction.state.log.segment.bytes", 104857600,
+        "Segment size of the __transaction_state log.", validator=at_least(1),
+        group="Transactions")
+    transaction_state_log_load_buffer_size: int = setting(
+        "transaction.state.log.load.buffer.size", 5242880,
+        "Bytes read at a time when loading __transaction_state at start-up.",
+        validator=at_least(1), group="Transactions")
+    transactional_id_expiration_ms: int = setting(
+        "transactional.id.expiration.ms", 604800000,
+        "Forget a transactional id with no transaction in progress after this long idle.",
+        validator=at_least(1), group="Transactions")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000,
+        "How often transactions open past their timeout are looked for and aborted.",
+        validator=at_least(1), group="Transactions")
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = setting(
+        "transaction.remove.expired.transaction.cleanup.interval.ms", 3600000,
+        "How often expired transactional ids are removed.", validator=at_least(1),
+        group="Transactions")
     # -- observability
     metrics_prometheus_listener: str | None = _str_setting(
         "metrics.prometheus.listener", None,

@@ -205,6 +205,16 @@ def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
                 out.append(Emission(base + 45 + index, "authentication_failed", {
                     **conn, "mechanism": mechanism, "principal": principal,
                     "error": "SASL_AUTHENTICATION_FAILED", "detail": f"minute {minute}"}))
+        if "transaction_committed" in EVENTS:
+            txn = {"transactional_id": f"etl-{minute % 2}", "producer_id": 7 + minute % 2,
+                   "producer_epoch": 0, **_connection(conn_index, "10.0.0.3")}
+            ended = "transaction_committed" if minute != 1 else "transaction_aborted"
+            out.append(Emission(base + 12, ended, {
+                **txn, "partitions": 2 + minute, "topic_names": "out,__consumer_offsets",
+                "duration_ms": 100.0 * (minute + 1)}))
+            if minute == 1:
+                out.append(Emission(base + 11, "transaction_timed_out", {
+                    **txn, "partitions": 3, "timeout_ms": 60000, "duration_ms": 60001.0}))
     out.append(Emission(60.0 * minutes + 5, "broker_stopped", {"uptime_s": 60.0 * minutes}))
     out.sort(key=lambda e: e.offset)
     return out

@@ -311,6 +311,22 @@ def test_closed_connections_and_group_rebalances(analysis: AnalysisResult,
         assert row["max_rebalance_ms"] == max(r["duration_ms"] for r in completed)
 
 
+def test_transactions_table(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:
+    ended = [r for r in raw if r["event"] in ("transaction_committed", "transaction_aborted")]
+    assert ended  # the checks below check something
+    rows = {r["transactional_id"]: r for r in analysis.tables["transactions"]}
+    assert set(rows) == {r["transactional_id"] for r in ended}
+    for txn_id, row in rows.items():
+        mine = [r for r in ended if r["transactional_id"] == txn_id]
+        assert row["committed"] == sum(r["event"] == "transaction_committed" for r in mine)
+        assert row["aborted"] == sum(r["event"] == "transaction_aborted" for r in mine)
+        assert row["timed_out"] == sum(1 for r in raw if r["event"] == "transaction_timed_out"
+                                       and r["transactional_id"] == txn_id)
+        assert row["max_open_ms"] == max(r["duration_ms"] for r in mine)
+        assert row["max_partitions"] == max(r["partitions"] for r in mine)
+        assert row["topics"] == ["__consumer_offsets", "out"]
+
+
 def test_outputs_parquet_summary_and_report(spark: Any, analysis: AnalysisResult) -> None:
     out = analysis.out
     for question in QUESTIONS:

@@ -89,6 +89,14 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
     49: [(0, 99, ("entries", "entries", [])),
          (0, 99, ("entries.entity", "entries.entity",
                   [("entity_type", "entity_type"), ("entity_name", "entity_name")]))],
+    24: [(0, 3, ("v3_and_below_topics", "results_by_topic_v3_and_below", [("name", "name")])),
+         (0, 3, ("v3_and_below_topics.partitions",
+                 "results_by_topic_v3_and_below.results_by_partition",
+                 [("=", "partition_index")]))],
+    28: [(0, 99, ("topics", "topics", [("name", "name")])),
+         (0, 99, ("topics.partitions", "topics.partitions",
+                  [("partition_index", "partition_index")]))],
+    65: [(0, 99, ("transactional_ids", "transaction_states", [("=", "transactional_id")]))],
     61: [(0, 99, ("topics", "topics", [("name", "name")])),
          (0, 99, ("topics.partition_indexes", "topics.partitions", [("=", "partition_index")]))],
     75: [(0, 99, ("topics", "topics", [("name", "name")]))],
@@ -103,6 +111,7 @@ EMPTY: dict[int, list[tuple[int, int, str]]] = {
     35: [(0, 99, "results")],  # DescribeLogDirs: the top-level error only
     46: [(0, 99, "topics")],   # ListPartitionReassignments: the top-level error only
     47: [(0, 99, "topics")],   # OffsetDelete: the top-level error only
+    66: [(0, 99, "transaction_states")],  # ListTransactions: the top-level error only
 }
 
 
@@ -188,8 +197,9 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
     with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49,
-                   75, 30, 31, 50, 51}  # 50, 51: test_scram_credentials_error_responses
-    no_arrays = {12, 14, 16, 17, 18, 22, 29, 36, 48, 60}  # nothing to echo (48: entries are null)
+                   75, 30, 31, 24, 28, 65, 66,
+                   50, 51}  # 50, 51: test_scram_credentials_error_responses
+    no_arrays = {12, 14, 16, 17, 18, 22, 25, 26, 29, 36, 48, 60}  # nothing to echo (48: null)
     assert set(supported_versions()) == with_arrays | no_arrays
 
 

@@ -254,8 +254,10 @@ def _retarget_field(rng: random.Random, name: str, hint: str, old: Any) -> Any:
         return i32Timedelta.parse(datetime.timedelta(milliseconds=rng.randint(-1, 50)))
     if name == "acks":
         return _pick(rng, old, -1, 0, 1)
-    if name == "transactional_id":  # any id is refused: keep the rest of the request reachable
-        return rng.choice([None, None, None, old])
+    if name.endswith("transactional_id"):
+        # Mostly one id, so transactions progress; null only where the field is nullable.
+        return rng.choice([None, None, "random-txn", old] if "None" in hint
+                          else ["random-txn", "random-txn", old])
     if name in NO_MEMBER and rng.random() < 0.5:
         return type(old)(NO_MEMBER[name])
     return old

@@ -100,6 +100,9 @@ QUESTIONS: tuple[Question, ...] = (
     Question("authentication_failures", "Clients cannot authenticate (or someone guesses "
              "passwords)",
              "Authentication failures by principal and IP, with mechanisms and the last error."),
+    Question("transactions", "read_committed consumers stall or exactly-once jobs fail",
+             "Per transactional id: transactions committed, aborted, timed out, fencings, "
+             "open time and size."),
 )
 
 
@@ -728,6 +731,49 @@ def group_rebalances(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("rebalances"), "group_id"))
 
 
+def transactions(events: DataFrame) -> DataFrame:
+    """Per transactional id: outcomes (committed, aborted, of which timed out; fenced), how
+    long transactions stayed open (a long open one holds read_committed consumers at its
+    LSO) and how many partitions they spanned."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    names = [name for name in _TXN_COLUMNS if name in EVENTS]
+    columns = events.columns
+    if not names or "transactional_id" not in columns:
+        schema = T.StructType(
+            [T.StructField("transactional_id", T.StringType())]
+            + [T.StructField(column, T.LongType()) for column in _TXN_COLUMNS.values()]
+            + [T.StructField("avg_open_ms", T.DoubleType()),
+               T.StructField("max_open_ms", T.DoubleType()),
+               T.StructField("max_partitions", T.LongType()),
+               T.StructField("topics", T.ArrayType(T.StringType())),
+               T.StructField("first_seen", T.TimestampType()),
+               T.StructField("last_seen", T.TimestampType())])
+        return events.sparkSession.createDataFrame([], schema)
+    event = F.col("event")
+    ended = event.isin("transaction_committed", "transaction_aborted")
+    open_ms = F.when(ended & (F.col("duration_ms") >= 0), F.col("duration_ms"))
+    topic_names = (F.col("topic_names") if "topic_names" in columns
+                   else F.lit(None).cast("string"))
+    return (events.where(event.isin(*names))
+            .groupBy("transactional_id")
+            .agg(*(F.try_sum((event == name).cast("long")).alias(column)
+                   for name, column in _TXN_COLUMNS.items()),
+                 F.avg(open_ms).alias("avg_open_ms"), F.max(open_ms).alias("max_open_ms"),
+                 F.max(F.when(ended, F.col("partitions"))).alias("max_partitions"),
+                 F.sort_array(F.array_distinct(F.flatten(F.collect_list(F.when(
+                     ended & (topic_names != ""), F.split(topic_names, ",")).otherwise(
+                     F.array().cast("array<string>")))))).alias("topics"),
+                 F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"))
+            .orderBy(F.desc("aborted"), F.desc("committed"), "transactional_id"))
+
+
+#: Transaction events counted per transactional id, and the column each count goes to.
+_TXN_COLUMNS = {"transaction_committed": "committed", "transaction_aborted": "aborted",
+                "transaction_timed_out": "timed_out", "transaction_fenced": "fenced"}
+
+
 #: Group events counted per group, and the column each count goes to.
 _COUNT_COLUMNS = {"rebalance_started": "rebalances", "rebalance_completed": "completed",
                   "group_join": "joins", "member_left": "members_left",
@@ -772,7 +818,8 @@ ANALYSED_COLUMNS: tuple[str, ...] = (
     "requests", "duration_ms", "inflight", "muted_ms", "size", "api", "api_key", "api_version",
     "correlation_id", "client_id", "client_software_name", "client_software_version",
     "request_bytes", "response_bytes", "error", *STAGES, "total_ms", "quota_type", "user",
-    "group_id", "generation", "principal", "mechanism", *EVENTS["metrics_snapshot"].fields)
+    "group_id", "generation", "principal", "mechanism", "transactional_id", "partitions",
+    "topic_names", *EVENTS["metrics_snapshot"].fields)
 
 
 def analysed_columns() -> list[str]:
@@ -930,6 +977,7 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
         "throttled_clients": throttled_clients,
         "group_rebalances": group_rebalances,
         "authentication_failures": authentication_failures,
+        "transactions": transactions,
     }
 
     def answer(question: Question) -> list[dict[str, Any]]:

@@ -515,6 +515,17 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
                    for r in failures[:15]])
         + table(failures),
         empty=None if failures else "No authentication failure in these logs."))
+    txns = tables.get("transactions", [])
+    sections.append(_section(
+        "transactions", "Transactions",
+        "read_committed consumers stall (a long open transaction holds the LSO) or "
+        "exactly-once jobs fail (aborts, timeouts, fencing)",
+        "transaction_committed, transaction_aborted, transaction_timed_out, transaction_fenced",
+        bar_chart([(str(r["transactional_id"]), float(r.get("max_open_ms") or 0.0))
+                   for r in txns[:15]], unit=" ms", title="longest open time by id")
+        + table(txns),
+        empty=None if txns else "No transaction event in these logs (no transactional "
+        "producer used this broker)."))
 
     toc = "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t in (
         ("rejected", "Connections refused"), ("closed", "Connections: churn and closes"),
@@ -523,7 +534,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         ("latency", "Slow request handling"), ("slow-clients", "Slow clients"),
         ("errors", "Errors by API and code"), ("clients", "Top clients"),
         ("throttled", "Throttled clients"), ("groups", "Consumer-group rebalances"),
-        ("authentication", "Authentication failures")))
+        ("authentication", "Authentication failures"), ("transactions", "Transactions")))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>trio_broker log analysis</title>"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'

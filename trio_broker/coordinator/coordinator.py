@@ -244,7 +244,8 @@ class GroupCoordinator:
                 stored: list[Record] = []
                 # A batch that does not check out is skipped, never fatal (Kafka skips what
                 # it cannot read when loading this topic).
-                if compute_crc(batch) == header.crc and not header.is_control:
+                # Transactional commits stay pending until they commit (transaction/offsets.py).
+                if compute_crc(batch) == header.crc and not header.is_transactional:
                     try:
                         stored = decode_records(batch)
                     except RecordBatchError:

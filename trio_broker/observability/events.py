@@ -61,6 +61,8 @@ _LISTENER = {"listener": STRING}
 _GROUP = {**CONNECTION_FIELDS, "group_id": STRING}
 _AUTHZ = {**CONNECTION_FIELDS, "principal": STRING, "host": STRING, "operation": STRING,
           "resource_type": STRING, "resource_name": STRING, "reason": STRING}
+_TXN = {**CONNECTION_FIELDS, "transactional_id": STRING, "producer_id": LONG,
+        "producer_epoch": LONG}
 
 #: The canonical per-request line, with Kafka's request-time breakdown in milliseconds.
 REQUEST_FIELDS: Mapping[str, str] = {
@@ -266,6 +268,29 @@ _EVENT_LIST = [
     _spec("groups_loaded", "The coordinator loaded groups and offsets from __consumer_offsets.",
           {"partitions": LONG, "groups": LONG, "offsets": LONG, "records": LONG,
            "duration_ms": DOUBLE}),
+    _spec("transactions_loaded",
+          "The transaction coordinator loaded __transaction_state (pending: interrupted "
+          "PrepareCommit/PrepareAbort it will complete).",
+          {"transactions": LONG, "pending": LONG, "duration_ms": DOUBLE}),
+    _spec("transaction_started", "A transactional producer added its first partitions.",
+          {**_TXN, "partitions": LONG}, "debug"),
+    _spec("transaction_committed", "A transaction's COMMIT markers were written.",
+          {**_TXN, "partitions": LONG, "topic_names": STRING, "duration_ms": DOUBLE}),
+    _spec("transaction_aborted", "A transaction's ABORT markers were written.",
+          {**_TXN, "partitions": LONG, "topic_names": STRING, "duration_ms": DOUBLE}),
+    _spec("transaction_fenced",
+          "A new producer with the same transactional id fenced the current one; its open "
+          "transaction is aborted under the new epoch.",
+          {**_TXN, "new_epoch": LONG, "partitions": LONG, "reason": STRING}, "warning"),
+    _spec("transaction_timed_out",
+          "A transaction was open longer than its transaction.timeout.ms: aborted, producer "
+          "fenced.",
+          {**_TXN, "partitions": LONG, "timeout_ms": LONG, "duration_ms": DOUBLE}, "warning"),
+    _spec("transaction_marker_failed", "Writing a transaction marker to a partition failed.",
+          {"transactional_id": STRING, "topic": STRING, "partition": LONG, "error": STRING},
+          "error"),
+    _spec("transactional_id_expired",
+          "A transactional id idle past transactional.id.expiration.ms was removed.", _TXN),
     _spec("coordinator_write_failed", "Writing to __consumer_offsets failed.",
           {**CONNECTION_FIELDS, "partition": LONG, "error": STRING}, "error"),
 ]

@@ -139,6 +139,11 @@ class BrokerMetrics:
         if cleaner is not None:
             self.registry.register(_CleanerCollector(cleaner))
 
+    def watch_transactions(self, coordinator: Any) -> None:
+        """Serve ``kafka_coordinator_transaction_transactions{state}`` from the transaction
+        coordinator (transactional ids per state, read at scrape time)."""
+        self.registry.register(_TransactionStateCollector(coordinator))
+
     def observe_request(self, api: str, version: int, timings: dict[str, float], error: str,
                         request_bytes: int) -> None:
         """Record one completed request in RequestsPerSec, ErrorsPerSec and the histograms."""
@@ -368,6 +373,28 @@ class _CleanerCollector:
             "kafka_log_logcleanermanager_max_dirty_percent",
             "Dirty share of the dirtiest compacted log at the last check (max-dirty-percent)",
             value=int(100 * stats.max_dirty_ratio))
+
+
+class _TransactionStateCollector:
+    """Transactional ids by state (Kafka's state names), read at scrape time: a growing
+    ``Ongoing`` count with no commits, or any ``PrepareCommit`` that stays, needs a look."""
+
+    def __init__(self, coordinator: Any) -> None:
+        self._coordinator = coordinator
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        family = GaugeMetricFamily("kafka_coordinator_transaction_transactions",
+                                   "Transactional ids by transaction state", labels=["state"])
+        counts: dict[str, int] = {}
+        for meta in self._coordinator.transactions.values():
+            name = meta.state.kafka_name
+            counts[name] = counts.get(name, 0) + 1
+        for name, count in sorted(counts.items()):
+            family.add_metric([name], count)
+        yield family
 
 
 #: Per quota type: Kafka's metric group and the name of its quota metric (``byte-rate``, ...).

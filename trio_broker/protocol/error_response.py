@@ -52,13 +52,16 @@ _IDENTITY = frozenset({
 #: Response field → the request field that feeds it when the names differ.
 _ALIASES = {"partition_index": ("partition_index", "partition")}
 #: Request arrays of plain values → the response entry field each value becomes.
-_VALUE_ARRAYS = {
+_VALUE_ARRAYS: dict[str, str | tuple[str, ...]] = {
     "coordinator_keys": "key",        # FindCoordinator v4+
     "groups": "group_id",             # DescribeGroups
     "groups_names": "group_id",       # DeleteGroups
     "topic_names": "name",            # DeleteTopics v1-v5
     "partition_indexes": "partition_index",  # OffsetFetch v1, DescribeProducers
-    "partitions": "partition_id",     # ElectLeaders (only where the entry has partition_id)
+    # ElectLeaders (partition_id), AddPartitionsToTxn v0-v3 (partition_index): the first of
+    # these the response entry has.
+    "partitions": ("partition_id", "partition_index"),
+    "transactional_ids": "transactional_id",  # DescribeTransactions
 }
 #: Kafka's ``Errors.UNKNOWN_SERVER_ERROR.message()``, sent where Kafka uses ``error.message()``.
 UNKNOWN_SERVER_ERROR_MESSAGE = ("The server experienced an unexpected error when processing the "
@@ -272,12 +275,21 @@ def _pairs(request_cls: Any, response_cls: Any) -> dict[str, tuple[str, bool]]:
         assert r.entity is not None
         target_fields = _by_name(r.entity)
         for q in request:
-            target = _VALUE_ARRAYS.get(q.name)
-            if q.array and q.entity is None and q.name not in used and target in target_fields:
+            target = _value_target(q.name, target_fields)
+            if q.array and q.entity is None and q.name not in used and target is not None:
                 pairs[r.name] = (q.name, True)
                 used.add(q.name)
                 break
     return pairs
+
+
+def _value_target(request_array: str, response_fields: Mapping[str, _Field]) -> str | None:
+    """The response entry field that a request array of plain values feeds, if it has one."""
+    targets = _VALUE_ARRAYS.get(request_array, ())
+    for target in (targets,) if isinstance(targets, str) else targets:
+        if target in response_fields:
+            return target
+    return None
 
 
 @_memo
@@ -356,7 +368,8 @@ class _Builder:
         q_name, values = pair
         items = getattr(request, q_name, None) or ()  # a null array echoes as empty
         if values:
-            target = _VALUE_ARRAYS[q_name]
+            target = _value_target(q_name, _by_name(f.entity))
+            assert target is not None
             return tuple(self.build(f.entity, None, path, identity={target: item})
                          for item in items)
         assert request_cls is not None

@@ -217,7 +217,7 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
             f"{header.last_offset_delta}")
     if from_client and header.is_control:
         raise RecordBatchError("invalid_record", "clients may not send control batches")
-    if header.has_producer_id and header.base_sequence < 0:
+    if header.has_producer_id and header.base_sequence < 0 and not header.is_control:
         # A batch with a producer id needs a sequence; Kafka's LogValidator rejects one without.
         raise RecordBatchError("invalid_record", "idempotent batch without a base sequence")
     return header

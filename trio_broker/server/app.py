@@ -132,6 +132,7 @@ class BrokerApp:
                         authorizer=authorizer, scram=self.scram)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
+        self.metrics.watch_transactions(broker.transaction_coordinator)
         trio.lowlevel.add_instrument(self.metrics.idle)
         server = self.socket_server
         try:
@@ -143,6 +144,9 @@ class BrokerApp:
                 self._coordinator_scope = trio.CancelScope()
                 await root.start(self._run_in_scope, self._coordinator_scope,
                                  broker.group_coordinator.run)
+                self._txn_scope = trio.CancelScope()
+                await root.start(self._run_in_scope, self._txn_scope,
+                                 broker.transaction_coordinator.run)
                 self._purgatory_scope = trio.CancelScope()
                 await root.start(self._run_in_scope, self._purgatory_scope,
                                  broker.purgatory.run)
@@ -228,6 +232,7 @@ class BrokerApp:
             pool.cancel_scope.cancel()
         self._purgatory_scope.cancel()
         step("handlers_stopped")
+        self._txn_scope.cancel()
         self._coordinator_scope.cancel()
         self._storage_scope.cancel()
         step("storage_closing")

@@ -6,6 +6,7 @@ import attrs
 
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
+from ..coordinator.transaction import TransactionCoordinator
 from ..observability.metrics import BrokerTopicMetrics
 from ..security.scram import ScramStore
 from ..storage.manager import LogManager
@@ -31,6 +32,9 @@ class Broker:
     group_coordinator: GroupCoordinator = attrs.field(
         default=attrs.Factory(lambda self: GroupCoordinator(self.config, self.log_manager),
                               takes_self=True))
+    transaction_coordinator: TransactionCoordinator = attrs.field(
+        default=attrs.Factory(lambda self: TransactionCoordinator(
+            self.config, self.log_manager, self.group_coordinator), takes_self=True))
     #: Client quotas (connection creation rate of IPs); None when no socket server runs.
     client_quotas: ClientQuotas | None = None
     #: ACL authorization; None when ``authorizer.class.name`` is empty (everything allowed).

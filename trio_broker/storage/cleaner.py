@@ -377,6 +377,9 @@ class CleanPlan:
     index_interval_bytes: int
     producer_last_offsets: Mapping[int, int]
     map_slots: int
+    #: ``(producer_id, first_offset, last_offset)`` of aborted transactions: their records
+    #: are left out of the offset map, so they never make a committed record obsolete.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 def iter_file_batches(path: Path, size: int) -> Iterator[tuple[bytes, rb.BatchHeader]]:
@@ -411,7 +414,7 @@ def build_offset_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
     for index, segment in enumerate(dirty):
         for batch, header in iter_file_batches(segment.path, segment.size):
             breathe()
-            if header.is_control:
+            if header.is_control or (header.is_transactional and _aborted(plan, header)):
                 continue
             payload = _payload(batch, header)
             if payload is None:
@@ -431,6 +434,11 @@ def build_offset_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
             end = segment.base_offset
             break
     return offset_map, end
+
+
+def _aborted(plan: CleanPlan, header: rb.BatchHeader) -> bool:
+    pid, offset = header.producer_id, header.base_offset
+    return any(p == pid and first <= offset <= last for p, first, last in plan.aborted)
 
 
 def group_segments(segments: Sequence[SourceSegment], max_size: int

@@ -36,6 +36,7 @@ from .errors import (
 from .producer_state import ProducerStateManager
 from .segment import Segment, SegmentRegion
 from .topic_config import LogConfig
+from .txn_index import TransactionIndex, control_type
 
 #: The one leader epoch of every partition: this node has led it since offset 0. Metadata,
 #: ListOffsets, OffsetForLeaderEpoch report it, and every appended batch carries it.
@@ -95,6 +96,7 @@ class PartitionLog:
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
         self.producer_state = ProducerStateManager(directory)
+        self.txn_index = TransactionIndex(directory, self.producer_state.ongoing_txns)
         #: Events of parked fetches waiting for the next append (set and cleared on append).
         self.waiters: set[trio.Event] = set()
         self.failed = False
@@ -165,10 +167,16 @@ class PartitionLog:
     def _load_producer_state(self) -> None:
         state = self.producer_state
         state.load_snapshot(self.log_end_offset, self.log_start_offset)
+        self.txn_index.load(self.log_start_offset, self.log_end_offset, self._bases)
         start = max(state.map_end_offset, self.log_start_offset)
         for header in self.iter_headers(start):
             if header.has_producer_id:
                 state.update(header)
+                if header.is_transactional:
+                    kind = control_type(self.read(header.base_offset, header.size).records[
+                        :header.size]) if header.is_control else None
+                    self.txn_index.on_batch(header, kind,
+                                            self.segment_for(header.base_offset).base_offset)
         state.map_end_offset = self.log_end_offset
 
     def _new_segment(self, base: int) -> Segment:
@@ -193,6 +201,11 @@ class PartitionLog:
     def high_watermark(self) -> int:
         # One replica: everything appended is committed.
         return self.active.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below the oldest open transaction (read_committed consumers stop there)."""
+        return self.txn_index.last_stable_offset(self.high_watermark)
 
     @property
     def size_bytes(self) -> int:
@@ -254,6 +267,8 @@ class PartitionLog:
             self._fail_append(segment, size_before, exc)
         for _, header in assigned:
             state.update(header)
+        if any(h.is_transactional for _, h in assigned):
+            self.txn_index.track(data, assigned, segment.base_offset)
         self.unflushed_messages += messages
         self._wake()
         return AppendResult(base_offset, stamp if stamp is not None else -1,
@@ -413,9 +428,9 @@ class PartitionLog:
                     break
                 slot += 1
         if region:
-            return RegionReadResult(records, end, self.log_start_offset, end)
+            return RegionReadResult(records, end, self.log_start_offset, self.last_stable_offset)
         assert isinstance(records, bytes)
-        return ReadResult(records, end, self.log_start_offset, end)
+        return ReadResult(records, end, self.log_start_offset, self.last_stable_offset)
 
     def iter_headers(self, start_offset: int) -> Iterator[rb.BatchHeader]:
         """Headers of every batch ending after ``start_offset`` (cold paths)."""
@@ -498,6 +513,7 @@ class PartitionLog:
         if target > self.log_start_offset:
             self.log_start_offset = target
             self.producer_state.on_log_start_advanced(target)
+            self.txn_index.on_log_start_advanced(target, self._bases)
             emit("log_start_offset_advanced", topic=self.topic, partition=self.partition,
                  log_start_offset=target, reason="delete_records")
             self._delete_segments(self._breached_by_start(), "log_start_offset")
@@ -553,6 +569,7 @@ class PartitionLog:
         del self._bases[:deletable]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.producer_state.on_log_start_advanced(self.log_start_offset)
+        self.txn_index.on_log_start_advanced(self.log_start_offset, self._bases)
         for segment in doomed:
             segment.delete()
             emit("log_segment_deleted", topic=self.topic, partition=self.partition,

@@ -134,6 +134,12 @@ class LogCleaner:
             first_dirty = log.log_start_offset  # truncated or deleted under the checkpoint
         closed = log.segments[:-1]
         uncleanable = log.active.base_offset
+        lso = log.last_stable_offset
+        for segment in closed:
+            if segment.next_offset > lso:
+                # Kafka cleans only below the last stable offset: open transactions stay.
+                uncleanable = min(uncleanable, segment.base_offset)
+                break
         if config.min_compaction_lag_ms > 0:
             for segment in closed:
                 if segment.base_offset >= first_dirty and \
@@ -214,7 +220,8 @@ class LogCleaner:
             config.delete_retention_ms, config.segment_bytes, config.segment_index_bytes,
             config.index_interval_bytes, producers,
             map_slots(self.config.log_cleaner_dedupe_buffer_size,
-                      self.config.log_cleaner_threads, dirty_records))
+                      self.config.log_cleaner_threads, dirty_records),
+            log.txn_index.aborted_ranges())
         return plan, {s.base_offset: s for s in segments}
 
     async def _clean(self, found: Candidate, now: int, index: int) -> None:

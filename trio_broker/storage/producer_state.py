@@ -66,6 +66,10 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         #: The log offset up to which this state reflects the log.
         self.map_end_offset = 0
+        #: ``{producer_id: first offset of its open transaction}``, shared with the partition's
+        #: :class:`~.txn_index.TransactionIndex` and saved in snapshots (Kafka's
+        #: ``currentTxnFirstOffset``).
+        self.ongoing_txns: dict[int, int] = {}
 
     # ---------------------------------------------------------------------------- checking
     def find_duplicate(self, header: rb.BatchHeader) -> BatchMetadata | None:
@@ -113,6 +117,11 @@ class ProducerStateManager:
         if entry is None or entry.epoch != header.producer_epoch:
             entry = ProducerEntry(header.producer_id, header.producer_epoch)
             self.producers[header.producer_id] = entry
+        if header.is_control:
+            # A transaction marker moves the epoch on but carries no sequence (Kafka).
+            entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+            self.map_end_offset = header.next_offset
+            return
         entry.batches.append(BatchMetadata(
             header.base_sequence, header.last_sequence, header.base_offset, header.last_offset,
             header.max_timestamp))
@@ -120,8 +129,10 @@ class ProducerStateManager:
         self.map_end_offset = header.next_offset
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        # A producer with an open transaction is kept (the LSO depends on it), as in Kafka.
         expired = [pid for pid, e in self.producers.items()
-                   if now_ms - e.last_timestamp >= expiration_ms]
+                   if now_ms - e.last_timestamp >= expiration_ms
+                   and pid not in self.ongoing_txns]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -133,6 +144,7 @@ class ProducerStateManager:
 
     def truncate(self) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
         self.map_end_offset = 0
 
     # --------------------------------------------------------------------------- snapshots
@@ -155,6 +167,7 @@ class ProducerStateManager:
                  "batches": [attrs.astuple(b) for b in e.batches]}
                 for e in self.producers.values()
             ],
+            "txns": {str(pid): first for pid, first in self.ongoing_txns.items()},
         }
         path = self.directory / f"{self.map_end_offset:020d}{SNAPSHOT_SUFFIX}"
         tmp = path.with_suffix(".snapshot.tmp")
@@ -181,13 +194,17 @@ class ProducerStateManager:
                     for batch in item["batches"]:
                         entry.batches.append(BatchMetadata(*(int(v) for v in batch)))
                     producers[entry.producer_id] = entry
+                txns = {int(pid): int(first) for pid, first in payload.get("txns", {}).items()}
             except (OSError, ValueError, KeyError, TypeError):
                 path.unlink(missing_ok=True)
                 continue
             self.producers = producers
+            self.ongoing_txns.clear()
+            self.ongoing_txns.update(txns)
             self.map_end_offset = offset
             return True
         self.producers = {}
+        self.ongoing_txns.clear()
         self.map_end_offset = min_offset
         return False
 

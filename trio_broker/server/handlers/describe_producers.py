@@ -17,8 +17,9 @@ DESCRIBE_PRODUCERS = 61
 
 @api_handler(DESCRIBE_PRODUCERS, 0, 0)
 async def handle_describe_producers(ctx: RequestContext, body: Any) -> Any:
-    """Per partition: each producer's id, epoch, last sequence and last timestamp. No
-    transactions exist, so the coordinator epoch and transaction start offset are -1."""
+    """Per partition: each producer's id, epoch, last sequence, last timestamp and the first
+    offset of its open transaction (-1 when none). One coordinator that never moves: its epoch
+    is 0 for transactional producers' markers, reported as -1 like Kafka's unknown."""
     module = response_module(DESCRIBE_PRODUCERS, ctx.api_version)
     lm = ctx.broker.log_manager
     topics = []
@@ -45,7 +46,8 @@ async def handle_describe_producers(ctx: RequestContext, body: Any) -> Any:
                 build(module.ProducerState, producer_id=entry.producer_id,
                       producer_epoch=entry.epoch, last_sequence=entry.last_seq,
                       last_timestamp=entry.last_timestamp, coordinator_epoch=-1,
-                      current_txn_start_offset=-1)
+                      current_txn_start_offset=log.producer_state.ongoing_txns.get(
+                          entry.producer_id, -1))
                 for entry in sorted(log.producer_state.producers.values(),
                                     key=lambda e: e.producer_id))
             partitions.append(build(module.PartitionResponse, partition_index=index,

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encoded_size
 from ...storage.log import LEADER_EPOCH
+from ...storage.txn_index import committed_view
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..fetch_session import (
@@ -124,7 +125,6 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
     lm = ctx.broker.log_manager
     remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
-    aborted: tuple[Any, ...] | None = () if read_committed else None
     total = 0
     errors = False
     # Zero-copy: the records stay in the segment files; the connection sends them with
@@ -136,6 +136,7 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
         code = ErrorCode.none
         records: Any = b""  # bytes, or a FileRegion (zero-copy)
         hw = lso = start = -1
+        aborted: tuple[Any, ...] | None = () if read_committed else None
         log = (lm.get_partition(part.name, index)
                if lm is not None and part.name is not None else None)
         if part.name is None:
@@ -152,16 +153,22 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
         else:
             hw, start = log.high_watermark, log.log_start_offset
             lso = hw
+            # A read_committed fetch past an open transaction is trimmed at the LSO, which
+            # needs the bytes; otherwise the records may stay in the files.
+            zero_copy = region and not (read_committed and log.last_stable_offset < hw)
             try:
                 result = log.read(part.fetch_offset,
                                   max(0, min(part.partition_max_bytes, remaining)),
-                                  min_one_batch=total == 0, region=region)
+                                  min_one_batch=total == 0, region=zero_copy)
             except Exception as exc:  # OFFSET_OUT_OF_RANGE and storage failures
                 code, _ = error_of(exc)
             else:
                 records = result.records
                 hw, start, lso = (result.high_watermark, result.log_start_offset,
                                   result.last_stable_offset)
+                if read_committed:
+                    records, aborted = committed_view(log.txn_index, records, part.fetch_offset,
+                                                      lso, module.AbortedTransaction)
                 total += len(records)
                 remaining -= len(records)
         errors = errors or code is not ErrorCode.none

@@ -1,4 +1,4 @@
-"""FindCoordinator: this single node coordinates every group.
+"""FindCoordinator: this single node coordinates every group and every transactional id.
 
 The answer is this node at the advertised endpoint of the listener the request came in on, so a
 client that bootstrapped through one listener keeps using it. From v4 several keys are asked for
@@ -32,11 +32,11 @@ def _answer(ctx: RequestContext, key_type: int, key: str
             AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
         return ErrorCode.transactional_id_authorization_failed, None, -1, "", -1
     if key_type == TRANSACTION_KEY_TYPE:
-        return (ErrorCode.coordinator_not_available,
-                "transactions are not supported by this broker", -1, "", -1)
-    if key_type != GROUP_KEY_TYPE:
+        coord: Any = ctx.broker.transaction_coordinator
+    elif key_type == GROUP_KEY_TYPE:
+        coord = coordinator(ctx)
+    else:
         return ErrorCode.invalid_request, f"unknown key type {key_type}", -1, "", -1
-    coord = coordinator(ctx)
     if coord is None or not coord.is_active:
         return ErrorCode.coordinator_not_available, None, -1, "", -1
     try:

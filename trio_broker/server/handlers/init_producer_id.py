@@ -1,8 +1,5 @@
-"""InitProducerId (API key 22): producer ids for idempotent producers.
-
-Transactions are not implemented: a request naming a transactional id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (what Kafka answers when the transactional id may not be
-used), so clients fail fast with a clear error instead of hanging.
+"""InitProducerId (API key 22): producer ids for idempotent producers, and producer ids and
+epochs of transactional ids (from the transaction coordinator, which fences older producers).
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, response_module, throttle
+from .transactions import fenced_for
 
 INIT_PRODUCER_ID = 22
 MIN_VERSION = 0
@@ -36,7 +34,14 @@ async def handle_init_producer_id(ctx: RequestContext, body: Any) -> Any:
                      producer_epoch=epoch)
 
     if body.transactional_id is not None:
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        # KafkaApis.handleInitProducerIdRequest: WRITE on the transactional id.
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                             body.transactional_id):
+            return answer(ErrorCode.transactional_id_authorization_failed)
+        result = await ctx.broker.transaction_coordinator.init_producer_id(
+            body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
+            int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)))
+        return answer(fenced_for(ctx, result.error), result.producer_id, result.producer_epoch)
     # KafkaApis.handleInitProducerIdRequest: IDEMPOTENT_WRITE on the cluster, or (Kafka 3+,
     # KIP-679) WRITE on at least one topic.
     authorizer = ctx.broker.authorizer

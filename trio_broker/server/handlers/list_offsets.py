@@ -34,6 +34,8 @@ async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
     module = response_module(LIST_OFFSETS, ctx.api_version)
     lm = ctx.broker.log_manager
     seen: dict[tuple[str, int], int] = {}
+    # read_committed consumers start from the last stable offset, not the high watermark.
+    read_committed = int(getattr(body, "isolation_level", 0)) == 1
     for topic in body.topics:
         for part in topic.partitions:
             key = (topic.name, int(part.partition_index))
@@ -63,6 +65,9 @@ async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
                 try:
                     offset, found_ts = lm.list_offset(
                         topic.name, index, EARLIEST if timestamp == EARLIEST_LOCAL else timestamp)
+                    log = lm.get_partition(topic.name, index)
+                    if timestamp == LATEST and read_committed and log is not None:
+                        offset = min(offset, log.last_stable_offset)
                 except Exception as exc:
                     code, _ = error_of(exc)
             partitions.append(build(

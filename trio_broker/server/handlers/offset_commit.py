@@ -66,8 +66,12 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
 
 # ----------------------------------------------------------------------- OffsetFetch
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type[Any],
-                 partition_cls: type[Any], index_field: str) -> tuple[int, tuple[Any, ...]]:
-    """``(error, topics)`` for one group; ``topics`` None means every committed partition."""
+                 partition_cls: type[Any], index_field: str, require_stable: bool = False
+                 ) -> tuple[int, tuple[Any, ...]]:
+    """``(error, topics)`` for one group; ``topics`` None means every committed partition.
+    With ``require_stable`` (v7+), a partition with an undecided transactional commit is
+    UNSTABLE_OFFSET_COMMIT (KIP-447), so the consumer retries instead of starting from an
+    offset the transaction is about to replace."""
     coord = coordinator(ctx)
     wanted: list[tuple[str, int]] | None = None
     if topics is not None:
@@ -88,10 +92,15 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
                 AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=wanted is not None)}
             if wanted is None:
                 found = {k: v for k, v in found.items() if k[0] not in denied_topics}
+    unstable = {key for key in (
+        ctx.broker.transaction_coordinator.offsets.pending_partitions(group_id)
+        if require_stable and not error else ()) if key[0] not in denied_topics}
     by_topic: dict[str, list[Any]] = {}
-    keys = wanted if wanted is not None else list(found)
+    keys = wanted if wanted is not None else sorted(set(found) | unstable)
     for topic, partition in keys:
         committed = found.get((topic, partition))
+        if (topic, partition) in unstable:
+            committed = None
         by_topic.setdefault(topic, []).append(build(
             partition_cls, partition_index=partition,
             committed_offset=committed.offset if committed else NO_OFFSET,
@@ -99,6 +108,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
             metadata=committed.metadata if committed else "",
             # Before v2 there is no top-level error: each partition carries it.
             error_code=ErrorCode.topic_authorization_failed if topic in denied_topics
+            else ErrorCode.unstable_offset_commit if (topic, partition) in unstable
             else ErrorCode(error if ctx.api_version < 2 else 0)))
     return error, tuple(build(topic_cls, name=name, partitions=tuple(parts))
                         for name, parts in by_topic.items())
@@ -114,14 +124,16 @@ async def handle_offset_fetch(ctx: RequestContext, body: Any) -> Any:
         groups = []
         for group in body.groups:
             error, topics = _fetch_group(ctx, group.group_id, group.topics, topic_cls,
-                                         partition_cls, "partition_indexes")
+                                         partition_cls, "partition_indexes",
+                                         bool(getattr(body, "require_stable", False)))
             groups.append(build(group_cls, group_id=group.group_id, topics=topics,
                                 error_code=ErrorCode(error)))
         return build(cls, throttle_time=throttle(ctx), groups=tuple(groups))
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     partition_cls = nested(cls, "OffsetFetchResponsePartition")
     error, topics = _fetch_group(ctx, body.group_id, body.topics, topic_cls, partition_cls,
-                                 "partition_indexes")
+                                 "partition_indexes",
+                                 bool(getattr(body, "require_stable", False)))
     return build(cls, throttle_time=throttle(ctx), topics=topics, error_code=ErrorCode(error))
 
 

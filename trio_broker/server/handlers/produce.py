@@ -50,7 +50,8 @@ _EXPECTED_PRODUCE_ERRORS = frozenset({
 
 
 async def _append_one(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                      transactional: bool) -> tuple[ErrorCode, str | None, int, int, int]:
+                      transactional_id: str | None
+                      ) -> tuple[ErrorCode, str | None, int, int, int]:
     """``(error, message, base_offset, log_append_time, log_start_offset)``; counts the topic's
     BrokerTopicMetrics (TotalProduceRequests, BytesIn, MessagesIn, FailedProduceRequests) as
     Kafka's ``appendToLocalLog`` does, for the topic and all topics."""
@@ -58,7 +59,7 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
     counts, every = stats.topic(topic), stats.all_topics
     counts.total_produce_requests += 1
     every.total_produce_requests += 1
-    result = await _append_checked(ctx, topic, partition, records, transactional)
+    result = await _append_checked(ctx, topic, partition, records, transactional_id)
     code = result[0]
     if code is ErrorCode.none:
         assert records is not None
@@ -75,18 +76,22 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
 
 
 async def _append_checked(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                          transactional: bool
+                          transactional_id: str | None
                           ) -> tuple[ErrorCode, str | None, int, int, int, int]:
     """As :func:`_append_one`, plus the number of records appended (0 for a duplicate)."""
     lm = ctx.broker.log_manager
     if records is None:
         return ErrorCode.invalid_record, "Produce request without records", -1, -1, -1, 0
-    if transactional:
-        return (ErrorCode.transactional_id_authorization_failed,
-                "Transactions are not supported by this broker", -1, -1, -1, 0)
     problem = _single_batch_problem(records)
     if problem is not None:
         return ErrorCode.invalid_record, problem, -1, -1, -1, 0
+    if transactional_id is not None and len(records) >= rb.HEADER_SIZE:
+        header = rb.decode_header(records)
+        if header.is_transactional:
+            code = ctx.broker.transaction_coordinator.verify_produce(
+                transactional_id, header.producer_id, header.producer_epoch, topic, partition)
+            if code is not ErrorCode.none:
+                return code, None, -1, -1, -1, 0
     try:
         result = await lm.append(topic, partition, records)
     except Exception as exc:  # StorageError carries the code; anything else is a server error
@@ -132,7 +137,8 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                 result = (ErrorCode.invalid_topic_exception,
                           f"Cannot append to internal topic {name}", -1, -1, -1)
             else:
-                result = await _append_one(ctx, name, index, data.records, transactional)
+                result = await _append_one(ctx, name, index, data.records,
+                                           body.transactional_id)
             code, message, base, append_time, start = result
             failed = failed or code is not ErrorCode.none
             partitions.append(build(

@@ -1,0 +1,298 @@
+"""Transactions with unmodified clients: confluent-kafka's (librdkafka's) transactional
+producer in a consume-transform-produce loop, fencing, a kill -9 of the broker mid-way, and
+aiokafka's transactional producer; read_committed consumers see every committed record once and
+no aborted one, read_uncommitted consumers see both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
+
+PARTITIONS = 3
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions)]).values():
+        future.result(10)
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                     "linger.ms": 5, **extra})
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, expected: int,
+             timeout: float = 20.0) -> list[tuple[int, bytes]]:
+    """Every record of ``topic`` (assign + earliest), waiting until ``expected`` are read and
+    then a little longer for any extra record that must not be there."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}",
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    settle: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append((msg.partition(), msg.value()))
+            if len(got) >= expected and settle is None:
+                settle = time.monotonic() + 1.0
+            if settle is not None and time.monotonic() > settle:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        parts = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in parts}
+
+
+def test_confluent_commit_and_abort_read_committed_and_uncommitted(
+        broker_process: Callable[..., Any]) -> None:
+    process = broker_process()
+    bootstrap = process.bootstrap
+    source, sink = "txn-source", "txn-sink"
+    create_topic(bootstrap, source)
+    create_topic(bootstrap, sink)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(30):
+        plain.produce(source, value=f"in-{i}".encode(), partition=i % PARTITIONS)
+    assert plain.flush(10) == 0
+
+    group = "ctp-group"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([source])
+    producer = txn_producer(bootstrap, "ctp-1")
+    producer.init_transactions(15)
+    committed_values: list[bytes] = []
+    aborted_values: list[bytes] = []
+    batch_no = 0
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 30 and time.monotonic() < deadline:
+        msgs = consumer.consume(10, 1.0)
+        msgs = [m for m in msgs if m.error() is None]
+        if not msgs:
+            continue
+        producer.begin_transaction()
+        out = []
+        for m in msgs:
+            value = b"out-" + m.value()
+            producer.produce(sink, value=value, partition=m.partition())
+            out.append(value)
+        abort = batch_no % 2 == 1
+        if abort:
+            # Flushed first, so the aborted records are in the log (abort_transaction purges
+            # what is still queued in the client).
+            assert producer.flush(15) == 0
+            producer.abort_transaction(15)
+            aborted_values += out
+            # Re-read the same input: seek back to where this batch started.
+            positions: dict[int, int] = {}
+            for m in msgs:
+                positions.setdefault(m.partition(), m.offset())
+            for partition, offset in positions.items():
+                consumer.seek(TopicPartition(source, partition, offset))
+        else:
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(),
+                15)
+            producer.commit_transaction(15)
+            committed_values += out
+            seen += len(msgs)
+        batch_no += 1
+    consumer.close()
+    assert seen == 30
+    assert batch_no >= 2, "at least one abort happened"
+
+    got = read_all(bootstrap, sink, "read_committed", len(committed_values))
+    assert sorted(v for _, v in got) == sorted(committed_values)
+    assert len({v for _, v in got}) == 30  # every input exactly once
+    everything = read_all(bootstrap, sink, "read_uncommitted",
+                          len(committed_values) + len(aborted_values))
+    assert sorted(v for _, v in everything) == sorted(committed_values + aborted_values)
+    # The consumed positions were committed with the transactions.
+    assert committed(bootstrap, group, source) == {p: 10 for p in range(PARTITIONS)}
+    assert process.events("transaction_committed")
+    assert process.events("transaction_aborted")
+
+
+def test_confluent_second_producer_fences_the_first(broker_process: Callable[..., Any]) -> None:
+    process = broker_process()
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "fence")
+    first = txn_producer(bootstrap, "fence-id")
+    first.init_transactions(15)
+    first.begin_transaction()
+    first.produce("fence", value=b"from-first", partition=0)
+    first.flush(10)
+    second = txn_producer(bootstrap, "fence-id")
+    second.init_transactions(30)  # aborts the first's open transaction
+    second.begin_transaction()
+    second.produce("fence", value=b"from-second", partition=1)
+    second.commit_transaction(15)
+    with pytest.raises(KafkaException) as info:
+        first.produce("fence", value=b"late", partition=2)
+        first.commit_transaction(15)
+    error = info.value.args[0]
+    assert error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                             KafkaError.INVALID_PRODUCER_EPOCH), error
+    got = read_all(bootstrap, "fence", "read_committed", 1)
+    assert [v for _, v in got] == [b"from-second"]
+    assert process.events("transaction_fenced")
+
+
+def test_confluent_kill_9_mid_transaction_then_restart(broker_process: Callable[..., Any]
+                                                       ) -> None:
+    """A committed transaction survives a crash; an open one is aborted by its timeout after
+    the restart (its producer is gone), and a new producer with the same id carries on."""
+    process = broker_process({"log.flush.interval.messages": "1",
+                              "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                                  "200"})
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "crash")
+    producer = txn_producer(bootstrap, "crash-id", **{"transaction.timeout.ms": 3000})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("crash", value=f"kept-{i}".encode(), partition=i % PARTITIONS)
+    producer.commit_transaction(15)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("crash", value=f"open-{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(15) == 0
+    process.kill()
+    process.start()
+    # The open transaction holds the LSO until the coordinator times it out and aborts it.
+    deadline = time.monotonic() + 20
+    while not process.events("transaction_timed_out") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process.events("transaction_timed_out")
+    second = txn_producer(bootstrap, "crash-id")
+    second.init_transactions(30)
+    second.begin_transaction()
+    second.produce("crash", value=b"after", partition=0)
+    second.commit_transaction(15)
+    got = read_all(bootstrap, "crash", "read_committed", 7)
+    assert sorted(v for _, v in got) == sorted([f"kept-{i}".encode() for i in range(6)]
+                                               + [b"after"])
+    everything = read_all(bootstrap, "crash", "read_uncommitted", 13)
+    assert len(everything) == 13
+
+
+def test_aiokafka_transactional_producer(broker_process: Callable[..., Any]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    process = broker_process()
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "aio-txn")
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio-id",
+                                    request_timeout_ms=20000)
+        await asyncio.wait_for(producer.start(), 20)
+        try:
+            async with producer.transaction():
+                for i in range(6):
+                    await producer.send("aio-txn", value=f"c-{i}".encode(),
+                                        partition=i % PARTITIONS)
+            await producer.begin_transaction()
+            for i in range(6):
+                await producer.send_and_wait("aio-txn", value=f"a-{i}".encode(),
+                                             partition=i % PARTITIONS)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send("aio-txn", value=b"c-last", partition=2)
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    got = read_all(bootstrap, "aio-txn", "read_committed", 7)
+    assert sorted(v for _, v in got) == sorted([f"c-{i}".encode() for i in range(6)]
+                                               + [b"c-last"])
+    assert len(read_all(bootstrap, "aio-txn", "read_uncommitted", 13)) == 13
+    # aiokafka's read_committed consumer filters the aborted records itself, too.
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    async def consume() -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    isolation_level="read_committed",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([AioTopicPartition("aio-txn", p) for p in range(PARTITIONS)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(values) < 7 and time.monotonic() < deadline:
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    values += [m.value for m in batch]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert sorted(asyncio.run(consume())) == sorted([f"c-{i}".encode() for i in range(6)]
+                                                    + [b"c-last"])
+
+
+def test_kafka_python_transactional_producer(broker_process: Callable[..., Any]) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    process = broker_process()
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "kp-txn")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kp-id")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send("kp-txn", value=f"c-{i}".encode(), partition=i % PARTITIONS)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send("kp-txn", value=f"a-{i}".encode(), partition=i % PARTITIONS)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close(10)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000)
+    consumer.assign([KTopicPartition("kp-txn", p) for p in range(PARTITIONS)])
+    values = sorted(m.value for m in consumer)
+    consumer.close()
+    assert values == [f"c-{i}".encode() for i in range(4)]
+    assert len(read_all(bootstrap, "kp-txn", "read_uncommitted", 8)) == 8
+
+
+def test_exactly_once_example_runs(broker_process: Callable[..., Any]) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    process = broker_process()
+    example = Path(__file__).resolve().parents[2] / "examples" / "exactly_once.py"
+    result = subprocess.run([sys.executable, str(example), "--bootstrap", process.bootstrap,
+                             "--count", "12"], capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "read_committed sees 12" in result.stdout

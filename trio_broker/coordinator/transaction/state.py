@@ -1,0 +1,213 @@
+"""Kafka's transaction state machine, sans-IO (no Trio; pure functions over frozen values).
+
+Every request of a transactional producer is decided here: given the current
+:class:`TxnMetadata` of a transactional id, each function answers either an error code or the
+metadata to write to ``__transaction_state`` (the coordinator writes it, then makes it current).
+The rules follow Kafka's ``TransactionCoordinator`` and ``TransactionMetadata``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+from kio.schema.errors import ErrorCode
+
+E = ErrorCode
+
+#: Kafka bumps to a new producer id when the epoch would pass this (``Short.MaxValue - 1``).
+MAX_EPOCH = 32766
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
+
+TopicPartition = tuple[str, int]
+
+
+class TxnState(enum.IntEnum):
+    """Kafka's ``TransactionState`` ids (as written in ``__transaction_state``)."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        """The name Kafka's DescribeTransactions and ListTransactions use."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+#: Kafka's valid previous states of each state.
+VALID_PREVIOUS = {
+    TxnState.EMPTY: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
+    TxnState.ONGOING: {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
+                       TxnState.COMPLETE_ABORT},
+    TxnState.PREPARE_COMMIT: {TxnState.ONGOING},
+    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE},
+    TxnState.COMPLETE_COMMIT: {TxnState.PREPARE_COMMIT},
+    TxnState.COMPLETE_ABORT: {TxnState.PREPARE_ABORT},
+    TxnState.DEAD: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
+    TxnState.PREPARE_EPOCH_FENCE: {TxnState.ONGOING},
+}
+
+
+@attrs.frozen
+class TxnMetadata:
+    """One transactional id's state (Kafka's ``TransactionMetadata``)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition] = frozenset()
+    #: When the current transaction began (wall ms), -1 when none is open.
+    start_ms: int = -1
+    last_update_ms: int = -1
+    #: The epoch before the last bump (KIP-360 retries of InitProducerId), -1 if none.
+    last_producer_epoch: int = NO_EPOCH
+
+    def transition(self, state: TxnState, now_ms: int, **changes: object) -> TxnMetadata:
+        if self.state not in VALID_PREVIOUS[state]:
+            raise ValueError(f"illegal transaction transition {self.state.name} -> {state.name}")
+        return attrs.evolve(self, state=state, last_update_ms=now_ms, **changes)  # type: ignore[arg-type]
+
+    @property
+    def in_prepare(self) -> bool:
+        return self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+@attrs.frozen
+class Decision:
+    """What to do: answer ``error`` now, or write ``write`` and then answer ``error``.
+
+    ``fence`` marks an InitProducerId that found an open transaction: the coordinator aborts it
+    (with ``write``, a PrepareAbort under a bumped epoch) and the client retries.
+    """
+
+    error: ErrorCode = E.none
+    write: TxnMetadata | None = None
+    fence: bool = False
+
+
+def validate_timeout(timeout_ms: int, max_timeout_ms: int) -> bool:
+    return 0 < timeout_ms <= max_timeout_ms
+
+
+def _bumped(meta: TxnMetadata, new_producer_id: int, now_ms: int, timeout_ms: int
+            ) -> TxnMetadata:
+    if meta.producer_epoch >= MAX_EPOCH:
+        # Epoch exhausted: a fresh producer id starting at epoch 0 (Kafka).
+        return meta.transition(TxnState.EMPTY, now_ms, producer_id=new_producer_id,
+                               producer_epoch=0, last_producer_epoch=NO_EPOCH,
+                               timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1)
+    return meta.transition(TxnState.EMPTY, now_ms, producer_epoch=meta.producer_epoch + 1,
+                           last_producer_epoch=meta.producer_epoch, timeout_ms=timeout_ms,
+                           partitions=frozenset(), start_ms=-1)
+
+
+def init_producer_id(meta: TxnMetadata | None, *, transactional_id: str, timeout_ms: int,
+                     expected_pid: int, expected_epoch: int, new_producer_id: int,
+                     now_ms: int) -> Decision:
+    """InitProducerId with a transactional id (the timeout is already validated)."""
+    if meta is None:
+        return Decision(write=TxnMetadata(transactional_id, new_producer_id, 0, timeout_ms,
+                                          TxnState.EMPTY, last_update_ms=now_ms))
+    if expected_pid != NO_PRODUCER_ID and not (
+            expected_pid == meta.producer_id
+            and expected_epoch in (meta.producer_epoch, meta.last_producer_epoch)):
+        # KIP-360: a producer re-initialising with an id and epoch that are no longer current.
+        return Decision(E.producer_fenced)
+    if meta.in_prepare or meta.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+        return Decision(E.concurrent_transactions)
+    if meta.state is TxnState.ONGOING:
+        # Fence the current producer: abort its transaction under a bumped epoch; the client
+        # retries on CONCURRENT_TRANSACTIONS and then gets the next epoch.
+        fenced = attrs.evolve(meta, state=TxnState.PREPARE_EPOCH_FENCE, last_update_ms=now_ms)
+        epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else MAX_EPOCH
+        return Decision(E.concurrent_transactions,
+                        fenced.transition(TxnState.PREPARE_ABORT, now_ms, producer_epoch=epoch,
+                                          last_producer_epoch=meta.producer_epoch),
+                        fence=True)
+    if (expected_pid != NO_PRODUCER_ID and expected_epoch == meta.last_producer_epoch
+            and meta.state is TxnState.EMPTY):
+        # A retry of a bump that already happened: answer the current epoch again.
+        return Decision()
+    return Decision(write=_bumped(meta, new_producer_id, now_ms, timeout_ms))
+
+
+def _check_producer(meta: TxnMetadata | None, producer_id: int, epoch: int) -> ErrorCode:
+    if meta is None or meta.producer_id != producer_id:
+        return E.invalid_producer_id_mapping
+    if epoch != meta.producer_epoch:
+        return E.producer_fenced
+    if meta.in_prepare or meta.state in (TxnState.PREPARE_EPOCH_FENCE, TxnState.DEAD):
+        return E.concurrent_transactions
+    return E.none
+
+
+def add_partitions(meta: TxnMetadata | None, producer_id: int, epoch: int,
+                   partitions: frozenset[TopicPartition], now_ms: int) -> Decision:
+    """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets partition)."""
+    error = _check_producer(meta, producer_id, epoch)
+    if error:
+        return Decision(error)
+    assert meta is not None
+    if meta.state is TxnState.ONGOING and partitions <= meta.partitions:
+        return Decision()
+    start = meta.start_ms if meta.state is TxnState.ONGOING else now_ms
+    return Decision(write=meta.transition(TxnState.ONGOING, now_ms,
+                                          partitions=meta.partitions | partitions,
+                                          start_ms=start))
+
+
+def end_transaction(meta: TxnMetadata | None, producer_id: int, epoch: int, commit: bool,
+                    now_ms: int) -> Decision:
+    """EndTxn from the client: PrepareCommit / PrepareAbort, or the answer to a retry."""
+    if meta is None or meta.producer_id != producer_id:
+        return Decision(E.invalid_producer_id_mapping)
+    if epoch != meta.producer_epoch:
+        return Decision(E.producer_fenced)
+    state = meta.state
+    if state is TxnState.ONGOING:
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        return Decision(write=meta.transition(target, now_ms))
+    if state is TxnState.COMPLETE_COMMIT:
+        return Decision(E.none if commit else E.invalid_txn_state)
+    if state is TxnState.COMPLETE_ABORT:
+        return Decision(E.invalid_txn_state if commit else E.none)
+    if state is TxnState.PREPARE_COMMIT:
+        return Decision(E.concurrent_transactions if commit else E.invalid_txn_state)
+    if state is TxnState.PREPARE_ABORT:
+        return Decision(E.invalid_txn_state if commit else E.concurrent_transactions)
+    return Decision(E.invalid_txn_state)
+
+
+def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """After the markers: CompleteCommit / CompleteAbort, with no partitions."""
+    target = (TxnState.COMPLETE_COMMIT if meta.state is TxnState.PREPARE_COMMIT
+              else TxnState.COMPLETE_ABORT)
+    return meta.transition(target, now_ms, partitions=frozenset(), start_ms=-1)
+
+
+def timed_out_abort(meta: TxnMetadata, now_ms: int) -> TxnMetadata | None:
+    """The PrepareAbort the coordinator writes for an expired transaction (epoch bumped, as
+    Kafka's ``prepareFenceProducerEpoch``, so the abandoned producer is fenced), or None."""
+    if meta.state is not TxnState.ONGOING or meta.start_ms < 0:
+        return None
+    if now_ms - meta.start_ms <= meta.timeout_ms:
+        return None
+    epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else MAX_EPOCH
+    fenced = attrs.evolve(meta, state=TxnState.PREPARE_EPOCH_FENCE)
+    return fenced.transition(TxnState.PREPARE_ABORT, now_ms, producer_epoch=epoch,
+                             last_producer_epoch=meta.producer_epoch)
+
+
+def expired(meta: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
+    """``transactional.id.expiration.ms``: an idle id with no open transaction."""
+    return (meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and now_ms - meta.last_update_ms >= expiration_ms)

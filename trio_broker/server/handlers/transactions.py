@@ -1,0 +1,177 @@
+"""The transactional producer's APIs (KIP-98, KIP-447): AddPartitionsToTxn (24),
+AddOffsetsToTxn (25), EndTxn (26), TxnOffsetCommit (28), and the operators' DescribeTransactions
+(65) and ListTransactions (66). The transaction coordinator (``coordinator/transaction``)
+decides; these handlers translate requests and answers.
+
+Kafka answers PRODUCER_FENCED only to clients new enough to know it (KIP-588): older versions
+get INVALID_PRODUCER_EPOCH instead (:func:`fenced_for`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator.coordinator import OffsetCommitEntry
+from ...coordinator.transaction.state import TxnState
+from ..context import RequestContext
+from ..registry import api_handler
+from ._admin import build, response_module, throttle
+
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+
+#: The first version of each API whose clients understand PRODUCER_FENCED.
+_FENCED_SINCE = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2,
+                 TXN_OFFSET_COMMIT: 2, 22: 4}
+
+
+def fenced_for(ctx: RequestContext, code: ErrorCode) -> ErrorCode:
+    """PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH for clients too old to know it."""
+    if code is ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE.get(
+            ctx.request.api_key, 0):
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+@api_handler(ADD_PARTITIONS_TO_TXN, 0, 3)
+async def handle_add_partitions_to_txn(ctx: RequestContext, body: Any) -> Any:
+    """All or nothing: unknown partitions fail, the others get OPERATION_NOT_ATTEMPTED."""
+    module = response_module(ADD_PARTITIONS_TO_TXN, ctx.api_version)
+    txn = ctx.broker.transaction_coordinator
+    lm = ctx.broker.log_manager
+    wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+    unknown = {tp for tp in wanted if lm.get_partition(*tp) is None}
+    errors: dict[tuple[str, int], ErrorCode]
+    if unknown:
+        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                  else ErrorCode.operation_not_attempted for tp in wanted}
+    else:
+        code = await txn.add_partitions(body.v3_and_below_transactional_id,
+                                        int(body.v3_and_below_producer_id),
+                                        int(body.v3_and_below_producer_epoch), wanted)
+        errors = dict.fromkeys(wanted, fenced_for(ctx, code))
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append(build(
+            module.AddPartitionsToTxnPartitionResult, partition_index=partition,
+            partition_error_code=code))
+    results = tuple(build(module.AddPartitionsToTxnTopicResult, name=name,
+                          results_by_partition=tuple(parts))
+                    for name, parts in by_topic.items())
+    return build(module.AddPartitionsToTxnResponse, throttle_time=throttle(ctx),
+                 results_by_topic_v3_and_below=results)
+
+
+@api_handler(ADD_OFFSETS_TO_TXN, 0, 3)
+async def handle_add_offsets_to_txn(ctx: RequestContext, body: Any) -> Any:
+    module = response_module(ADD_OFFSETS_TO_TXN, ctx.api_version)
+    code = await ctx.broker.transaction_coordinator.add_offsets(
+        body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id)
+    return build(module.AddOffsetsToTxnResponse, throttle_time=throttle(ctx),
+                 error_code=fenced_for(ctx, code))
+
+
+@api_handler(END_TXN, 0, 3)
+async def handle_end_txn(ctx: RequestContext, body: Any) -> Any:
+    module = response_module(END_TXN, ctx.api_version)
+    code = await ctx.broker.transaction_coordinator.end_txn(
+        body.transactional_id, int(body.producer_id), int(body.producer_epoch),
+        bool(body.committed))
+    return build(module.EndTxnResponse, throttle_time=throttle(ctx),
+                 error_code=fenced_for(ctx, code))
+
+
+@api_handler(TXN_OFFSET_COMMIT, 0, 3)
+async def handle_txn_offset_commit(ctx: RequestContext, body: Any) -> Any:
+    module = response_module(TXN_OFFSET_COMMIT, ctx.api_version)
+    offsets: dict[tuple[str, int], OffsetCommitEntry] = {}
+    for topic in body.topics:
+        for part in topic.partitions:
+            offsets[(topic.name, int(part.partition_index))] = OffsetCommitEntry(
+                int(part.committed_offset), int(getattr(part, "committed_leader_epoch", -1)),
+                part.committed_metadata)
+    results = await ctx.broker.transaction_coordinator.txn_offset_commit(
+        transactional_id=body.transactional_id, group_id=body.group_id,
+        producer_id=int(body.producer_id), producer_epoch=int(body.producer_epoch),
+        generation_id=int(getattr(body, "generation_id", -1)),
+        member_id=getattr(body, "member_id", "") or "",
+        group_instance_id=getattr(body, "group_instance_id", None), offsets=offsets)
+    topics = []
+    for topic in body.topics:
+        parts = tuple(build(module.TxnOffsetCommitResponsePartition,
+                            partition_index=int(p.partition_index),
+                            error_code=fenced_for(ctx, results[(topic.name,
+                                                                int(p.partition_index))]))
+                      for p in topic.partitions)
+        topics.append(build(module.TxnOffsetCommitResponseTopic, name=topic.name,
+                            partitions=parts))
+    return build(module.TxnOffsetCommitResponse, throttle_time=throttle(ctx),
+                 topics=tuple(topics))
+
+
+_EPOCH_START = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
+
+
+def _millis_time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC) if ms >= 0 else \
+        _EPOCH_START - datetime.timedelta(milliseconds=1)
+
+
+@api_handler(DESCRIBE_TRANSACTIONS, 0, 0)
+async def handle_describe_transactions(ctx: RequestContext, body: Any) -> Any:
+    """Each id's state, timeout, start time, producer and partitions (kafka-transactions.sh
+    describe)."""
+    module = response_module(DESCRIBE_TRANSACTIONS, ctx.api_version)
+    txn = ctx.broker.transaction_coordinator
+    states = []
+    for txn_id in body.transactional_ids:
+        code, meta = txn.describe(txn_id)
+        if meta is None:
+            states.append(build(module.TransactionState, error_code=code,
+                                transactional_id=txn_id, transaction_state="",
+                                transaction_timeout=datetime.timedelta(0),
+                                transaction_start_time=_EPOCH_START, producer_id=-1,
+                                producer_epoch=-1, topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(build(
+            module.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
+            transaction_state=meta.state.kafka_name,
+            transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+            transaction_start_time=_millis_time(meta.start_ms), producer_id=meta.producer_id,
+            producer_epoch=meta.producer_epoch,
+            topics=tuple(build(module.TopicData, topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
+    return build(module.DescribeTransactionsResponse, throttle_time=throttle(ctx),
+                 transaction_states=tuple(states))
+
+
+_STATE_NAMES = frozenset(s.kafka_name for s in TxnState)
+
+
+@api_handler(LIST_TRANSACTIONS, 0, 1)
+async def handle_list_transactions(ctx: RequestContext, body: Any) -> Any:
+    """Transactional ids filtered by state, producer id and (v1, KIP-994) open duration."""
+    module = response_module(LIST_TRANSACTIONS, ctx.api_version)
+    states = tuple(body.state_filters)
+    unknown = tuple(s for s in states if s not in _STATE_NAMES)
+    code, found = ctx.broker.transaction_coordinator.list(
+        [s for s in states if s in _STATE_NAMES], [int(p) for p in body.producer_id_filters],
+        int(getattr(body, "duration_filter", -1)))
+    if unknown and len(unknown) == len(states):
+        found = []  # only unknown states asked for: nothing can match
+    return build(module.ListTransactionsResponse, throttle_time=throttle(ctx), error_code=code,
+                 unknown_state_filters=unknown,
+                 transaction_states=tuple(
+                     build(module.TransactionState, transactional_id=m.transactional_id,
+                           producer_id=m.producer_id, transaction_state=m.state.kafka_name)
+                     for m in found))
