@@ -48,7 +48,7 @@ def test_report_is_self_contained_with_a_section_per_symptom() -> None:
     assert "<script>" not in page  # data is escaped
     assert "&lt;script&gt;" in page
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing loaded from elsewhere
-    assert page.count("<section") == 12
+    assert page.count("<section") == 13
     assert "Undeclared events" in page and "{}" not in page
 
 
@@ -73,7 +73,7 @@ def test_svg_charts_are_well_formed() -> None:
 def test_empty_inputs_render_one_line_per_section() -> None:
     page = render_report({}, {})
     sections = re.findall(r"<section.*?</section>", page)
-    assert len(sections) == 12
+    assert len(sections) == 13
     for section in sections:
         assert section.count('class="empty"') == 1, section
     assert "No connection was refused in these logs." in page
