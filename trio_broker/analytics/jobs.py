@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime
@@ -153,12 +154,13 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     if (conf.get("spark.master") or "").startswith("local"):
         # Broker logs analysed on one machine are small for Spark: re-planning adaptively
         # costs more than it saves, and one shuffle partition is enough for tables of a few
-        # thousand rows (a range sort over one partition needs no sampling job either). On
-        # small inputs, compiling whole-stage code and the JIT's optimising tier cost more (on
-        # a cold JVM) than they save: C1 alone ran the 200,000-line bench log 3x faster on two
-        # busy cores (C2's compile threads compete with a short job). On large ones both pay:
-        # C2 halved the parse of the 2,000,000-line log, whole-stage code cut a 500,000-line
-        # parse and count by a third. The serial GC keeps the JVM's resident memory small.
+        # thousand rows (a range sort over one partition needs no sampling job either).
+        # Whole-stage code stays off: with it, the 2,000,000-line bench log peaked at 2.6 GB
+        # (the JIT compiling the huge generated parse methods) against 1.3 GB without. On small
+        # inputs the JIT's optimising tier costs more than it saves: C1 alone ran the
+        # 200,000-line bench log 3x faster on two busy cores (C2's compile threads compete with
+        # a short job), while C2 halved the parse of the 2,000,000-line log. The serial GC
+        # keeps the JVM's resident memory small.
         small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES
         # glibc gives each of the JVM's many threads its own malloc arena (64 MB of address
         # space each, partly resident): two arenas keep the JVM's memory outside its heap small.
@@ -167,7 +169,7 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
         java = "-XX:+UseSerialGC" + (" -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m"
                                      if small else "")
         for key, value in (("spark.sql.shuffle.partitions", "1"),
-                           ("spark.sql.codegen.wholeStage", "false" if small else "true"),
+                           ("spark.sql.codegen.wholeStage", "false"),
                            ("spark.sql.adaptive.enabled", "false"),
                            ("spark.driver.memory", "1g"),
                            ("spark.driver.extraJavaOptions", java)):
@@ -1000,12 +1002,10 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
                  progress: Progress = _no_progress) -> AnalysisResult:
     """Read ``files``, answer every question, write tables, ``summary.json`` and ``report.html``.
 
-    The input is read once: the parsed lines (only the columns the questions use) go to
-    Spark's cache, filled by the first job (the line accounts); every other job scans the
-    cache. Each table is computed once, cached while it is written as Parquet and collected.
+    The input is read once: the parsed lines (only the columns the questions use) are written
+    as Parquet under ``out`` by the first job and every other job reads that copy (removed at
+    the end). Each table is computed once, cached while it is written and collected.
     """
-    from pyspark import StorageLevel
-
     from .report import render_report
 
     started = time.monotonic()
@@ -1025,18 +1025,21 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     jobs_before = _job_count(spark)
     lines = read_logs(spark, files)
     keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
-    # The one read of the input: parsed lines, cut to the analysed columns, kept in Spark's
-    # in-memory columnar cache (spilling to local disk rather than re-reading the input when
-    # memory runs short). The first job below, the line accounts, fills it; every later job
-    # scans the cache, column-pruned.
-    cached = lines.select(*keep).persist(StorageLevel.MEMORY_AND_DISK)
+    # The one read of the input: parsed lines, cut to the analysed columns, written once as
+    # Parquet under --out (executors share it on a cluster) and read back, column-pruned, by
+    # every later job. Spark's in-memory cache instead: 2,804 MiB peak and 1.9x the time on
+    # the 2,000,000-line bench log (building the compressed column cache costs more than the
+    # parse, and a 1 GB heap spills it to memory-mapped disk blocks anyway).
+    store = out / "_lines.parquet"
     try:
-        accounts = account_lines(cached, files, since, until)
-        stage("input read and parsed once; lines counted by event and problem")
-        events = with_service_time(valid_events(cached, since, until), fetch_max_wait_ms)
+        lines.select(*keep).write.mode("overwrite").parquet(str(store))
+        stage("input read and parsed once (Parquet copy of the parsed lines)")
+        parsed = spark.read.parquet(str(store))
+        accounts = account_lines(parsed, files, since, until)
+        events = with_service_time(valid_events(parsed, since, until), fetch_max_wait_ms)
         tables = _answer_all(spark, events, out, slowest, stage)
     finally:
-        cached.unpersist()
+        shutil.rmtree(store, ignore_errors=True)
     jobs = _job_count(spark) - jobs_before
 
     stage("summary.json")
