@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -153,22 +152,17 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     conf.set("spark.sql.session.timeZone", "UTC")
     if (conf.get("spark.master") or "").startswith("local"):
         # Broker logs analysed on one machine are small for Spark: re-planning adaptively
-        # costs more than it saves, and one shuffle partition is enough for tables of a few
-        # thousand rows (a range sort over one partition needs no sampling job either).
-        # Whole-stage code stays off: with it, the 2,000,000-line bench log peaked at 2.6 GB
-        # (the JIT compiling the huge generated parse methods) against 1.3 GB without. On small
+        # costs more than it saves. Two shuffle partitions: with one (and MALLOC_ARENA_MAX=2)
+        # the 2,000,000-line bench log peaked at 2.4 GB against 1.4 GB, for the same CPU time.
+        # Whole-stage code stays off: with it that log peaked at 2.6 GB. On small
         # inputs the JIT's optimising tier costs more than it saves: C1 alone ran the
         # 200,000-line bench log 3x faster on two busy cores (C2's compile threads compete with
         # a short job), while C2 halved the parse of the 2,000,000-line log. The serial GC
         # keeps the JVM's resident memory small.
         small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES
-        # glibc gives each of the JVM's many threads its own malloc arena (64 MB of address
-        # space each, partly resident): two arenas keep the JVM's memory outside its heap small.
-        # The JVM this call starts inherits the variable; a running one is unaffected.
-        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         java = "-XX:+UseSerialGC" + (" -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m"
                                      if small else "")
-        for key, value in (("spark.sql.shuffle.partitions", "1"),
+        for key, value in (("spark.sql.shuffle.partitions", "2"),
                            ("spark.sql.codegen.wholeStage", "false"),
                            ("spark.sql.adaptive.enabled", "false"),
                            ("spark.driver.memory", "1g"),
@@ -1027,9 +1021,9 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
     # The one read of the input: parsed lines, cut to the analysed columns, written once as
     # Parquet under --out (executors share it on a cluster) and read back, column-pruned, by
-    # every later job. Spark's in-memory cache instead: 2,804 MiB peak and 1.9x the time on
-    # the 2,000,000-line bench log (building the compressed column cache costs more than the
-    # parse, and a 1 GB heap spills it to memory-mapped disk blocks anyway).
+    # every later job. Spark's in-memory cache instead peaked at 2,804 MiB on the
+    # 2,000,000-line bench log (over the 2 GB bound), and building the compressed column
+    # cache cost more CPU than the parse (docs/performance.md).
     store = out / "_lines.parquet"
     try:
         lines.select(*keep).write.mode("overwrite").parquet(str(store))
