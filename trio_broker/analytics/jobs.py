@@ -152,9 +152,9 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     conf.set("spark.sql.session.timeZone", "UTC")
     if (conf.get("spark.master") or "").startswith("local"):
         # Broker logs analysed on one machine are small for Spark: re-planning adaptively
-        # costs more than it saves. Two shuffle partitions: with one (and MALLOC_ARENA_MAX=2)
-        # the 2,000,000-line bench log peaked at 2.4 GB against 1.4 GB, for the same CPU time.
-        # Whole-stage code stays off: with it that log peaked at 2.6 GB. On small
+        # costs more than it saves. Whole-stage code stays off: on the 2,000,000-line bench
+        # log it saved no CPU time (runs with and without it peaked at 1.4-2.6 GB; see
+        # docs/performance.md). On small
         # inputs the JIT's optimising tier costs more than it saves: C1 alone ran the
         # 200,000-line bench log 3x faster on two busy cores (C2's compile threads compete with
         # a short job), while C2 halved the parse of the 2,000,000-line log. The serial GC
@@ -1021,9 +1021,9 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
     # The one read of the input: parsed lines, cut to the analysed columns, written once as
     # Parquet under --out (executors share it on a cluster) and read back, column-pruned, by
-    # every later job. Spark's in-memory cache instead peaked at 2,804 MiB on the
-    # 2,000,000-line bench log (over the 2 GB bound), and building the compressed column
-    # cache cost more CPU than the parse (docs/performance.md).
+    # every later job. Spark's in-memory cache instead: building the compressed column cache
+    # cost more CPU than the parse, and it peaked at 2,804 MiB on the 2,000,000-line bench
+    # log (docs/performance.md).
     store = out / "_lines.parquet"
     try:
         lines.select(*keep).write.mode("overwrite").parquet(str(store))
