@@ -343,6 +343,44 @@ def test_outputs_parquet_summary_and_report(spark: Any, analysis: AnalysisResult
         'xmlns="http://www.w3.org/2000/svg"', "")
 
 
+
+def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
+    # What differs between two runs over copies of the same lines: paths, clock, job count.
+    skip = {"generated_at", "elapsed_s", "inputs", "spark_jobs", "unusable", "warnings"}
+    return {key: value for key, value in summary.items() if key not in skip}
+
+
+@pytest.mark.timeout(600)
+def test_input_is_read_once(spark: Any, analysis: AnalysisResult, scenario_logs: list[Path],
+                            tmp_path: Path) -> None:
+    """Once the first job has parsed the lines, the input files are moved away: a second scan
+    of them (a job reading the input again, or a cached partition recomputed) would fail with
+    a missing file. The answers equal the fixture's run over the files left in place."""
+    copies = tmp_path / "logs"
+    copies.mkdir()
+    files = []
+    for path in scenario_logs:
+        copy = copies / path.name
+        copy.write_bytes(path.read_bytes())
+        files.append(copy)
+    gone = tmp_path / "gone"
+    messages: list[str] = []
+
+    def progress(message: str) -> None:
+        messages.append(message)
+        if "input read and parsed once" in message:
+            copies.rename(gone)
+
+    result = run_analysis(spark, [str(p) for p in files], tmp_path / "out", slowest=5,
+                          progress=progress)
+    assert gone.exists() and not copies.exists(), messages
+    assert _comparable(result.summary) == _comparable(analysis.summary)
+    assert result.tables == analysis.tables
+    # The count of Spark actions stays small: the one read, the accounts and samples, then
+    # per table the job that computes and writes it, the collect, and the sampling job of a
+    # sort over more than one partition.
+    assert 0 < result.summary["spark_jobs"] <= 4 * len(QUESTIONS) + 6
+
 def test_cli_directory_input_and_time_window(spark: Any, scenario_logs: list[Path],
                                              raw: list[dict[str, Any]], tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:

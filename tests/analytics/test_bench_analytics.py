@@ -20,4 +20,6 @@ def test_small_analytics_bench_runs_and_agrees() -> None:
         "baseline's"
     peak = figures["analyze peak RSS (process tree, JVM included)"]
     assert peak.value and peak.value > 100  # MiB: the JVM was measured, not only Python
+    cpu = figures["analyze CPU time (process tree, JVM included)"]
+    assert cpu.value and cpu.baseline_value and cpu.value > 1  # s: the JVM's CPU is counted
     assert any("load average" in note for note in result.notes)

@@ -151,12 +151,14 @@ def get_spark(master: str | None = None, app_name: str = "trio_broker analyze",
     conf.set("spark.ui.showConsoleProgress", "false")
     conf.set("spark.sql.session.timeZone", "UTC")
     if (conf.get("spark.master") or "").startswith("local"):
-        # Broker logs analysed on one machine are small for Spark: compiling whole-stage code
-        # and re-planning adaptively cost more (tens of seconds on a cold JVM) than they save.
-        # The same holds for the JIT's optimising tier on small inputs: C1 alone ran the
+        # Broker logs analysed on one machine are small for Spark: re-planning adaptively
+        # costs more than it saves. Whole-stage code stays off: on the 2,000,000-line bench
+        # log it saved no CPU time (runs with and without it peaked at 1.4-2.6 GB; see
+        # docs/performance.md). On small
+        # inputs the JIT's optimising tier costs more than it saves: C1 alone ran the
         # 200,000-line bench log 3x faster on two busy cores (C2's compile threads compete with
-        # a short job), while on the 2,000,000-line one C2 halved the parse. The serial GC
-        # keeps the JVM's resident memory well under 2 GB.
+        # a short job), while C2 halved the parse of the 2,000,000-line log. The serial GC
+        # keeps the JVM's resident memory small.
         small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES
         java = "-XX:+UseSerialGC" + (" -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m"
                                      if small else "")
@@ -847,18 +849,33 @@ class LineAccounts:
     overview: list[dict[str, Any]]
     samples: dict[str, list[str]]
     usable_by_file: dict[str, int]
+    #: Usable lines per event within ``--since``/``--until`` (events with none left out).
+    in_range: dict[str, int] = attrs.field(factory=dict)
 
 
-def account_lines(lines: DataFrame, files: Sequence[str]) -> LineAccounts:
+def account_lines(lines: DataFrame, files: Sequence[str], since: datetime | None = None,
+                  until: datetime | None = None) -> LineAccounts:
     """Counts per (problem, event), up to 5 ``file:line`` samples per problem, usable lines per
-    file. Line numbers come from each split's first row id and the line counts of the splits
-    before it in the same file (rows of a split are contiguous in its partition)."""
+    file and per event within ``since``/``until``. Line numbers come from each split's first
+    row id and the line counts of the splits before it in the same file (rows of a split are
+    contiguous in its partition)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    in_range = F.col(PROBLEM).isNull()
+    if since is not None:
+        in_range &= F.col("ts") >= _timestamp_literal(since)
+    if until is not None:
+        in_range &= F.col("ts") < _timestamp_literal(until)
     counted = lines.groupBy(PROBLEM, "event", PART, FILE, BLOCK).agg(
         F.count(F.lit(1)).alias("n"), F.min(ROW).alias("first_row"),
-        iso_utc(F.min("ts")).alias("first"), iso_utc(F.max("ts")).alias("last")).collect()
+        iso_utc(F.min("ts")).alias("first"), iso_utc(F.max("ts")).alias("last"),
+        F.count(F.when(in_range, 1)).alias("in_range")).collect()
+    events_in_range: dict[str, int] = {}
+    for row in counted:
+        if row["in_range"]:
+            name = _key(row["event"])
+            events_in_range[name] = events_in_range.get(name, 0) + row["in_range"]
     merged: dict[tuple[Any, Any], dict[str, Any]] = {}
     split_rows: dict[tuple[int, str, int], dict[str, Any]] = {}
     for row in counted:
@@ -914,52 +931,16 @@ def account_lines(lines: DataFrame, files: Sequence[str]) -> LineAccounts:
         if label == "unknown event":
             text = f"event {row['event']!r}: {text}"
         samples.setdefault(label, []).append(f"{_display_path(row[FILE])}:{number}: {text}")
-    return LineAccounts(overview, samples, usable_by_file)
+    return LineAccounts(overview, samples, usable_by_file, events_in_range)
 
 
-def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
-                 since: datetime | None = None, until: datetime | None = None,
-                 slowest: int = 50, fetch_max_wait_ms: float = DEFAULT_FETCH_MAX_WAIT_MS,
-                 progress: Progress = _no_progress) -> AnalysisResult:
-    """Read ``files``, answer every question, write tables, ``summary.json`` and ``report.html``.
+def _job_count(spark: SparkSession) -> int:
+    """How many Spark jobs (actions) this context has run, for the summary's ``spark_jobs``."""
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
-    The input is read once: the parsed lines (only the columns the questions use) are stored
-    as Parquet under ``out`` and every job reads that copy (it is removed at the end). The tables are computed by a few threads at once, so one
-    job's driver-side work overlaps another's tasks.
-    """
-    from concurrent.futures import ThreadPoolExecutor
 
-    from .report import render_report
-
-    started = time.monotonic()
-    spark.conf.set("spark.sql.session.timeZone", "UTC")  # timestamps are UTC end to end
-    # Keep the good fields of a line with one wrongly typed field, to name the bad field.
-    spark.conf.set("spark.sql.json.enablePartialResults", "true")
-    out.mkdir(parents=True, exist_ok=True)
-    steps = len(QUESTIONS) + 4
-    step = 0
-
-    def stage(message: str) -> None:
-        nonlocal step
-        step += 1
-        progress(f"[{step}/{steps}] {message} ({time.monotonic() - started:.1f}s)")
-
-    stage(f"reading {len(files)} file(s)")
-    lines = read_logs(spark, files)
-    keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
-    # The one read of the input: parsed lines, cut to the analysed columns, stored as Parquet
-    # under --out (executors share it on a cluster) and read back, column-pruned, by every
-    # job. On the 200,000-line bench log this beat Spark's in-memory columnar cache by a third
-    # in time and 140 MiB in peak memory: building the cache costs more than the parse, and a
-    # large one spills to disk anyway under a 1 GB heap.
-    store = out / "_lines.parquet"
-    lines.select(*keep).write.mode("overwrite").parquet(str(store))
-    cached = spark.read.parquet(str(store))
-    accounts = account_lines(cached, files)
-    stage("lines counted by event and problem")
-    events = with_service_time(valid_events(cached, since, until), fetch_max_wait_ms)
-
-    builders: dict[str, Callable[[DataFrame], DataFrame]] = {
+def _builders(slowest: int) -> dict[str, Callable[[DataFrame], DataFrame]]:
+    return {
         "rejected_connections": rejected_connections,
         "closed_connections": closed_connections,
         "saturation_by_minute": saturation_by_minute,
@@ -980,24 +961,85 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
         "transactions": transactions,
     }
 
+
+def _answer_all(spark: SparkSession, events: DataFrame, out: Path, slowest: int,
+                stage: Progress) -> dict[str, list[dict[str, Any]]]:
+    """Every question's table, written as ``out/NAME.parquet`` and collected (in QUESTIONS
+    order). A few threads submit jobs at once, so one job's driver-side work (planning, the
+    write's commit, the collect) overlaps another's tasks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import StorageLevel
+
+    builders = _builders(slowest)
+
     def answer(question: Question) -> list[dict[str, Any]]:
-        path = str(out / f"{question.name}.parquet")
-        # One file per table: they are aggregates, small, and read whole. Written first and
-        # read back, so the aggregate is computed once.
-        builders[question.name](events).coalesce(1).write.mode("overwrite").parquet(path)
-        rows = collect_rows(spark.read.parquet(path))
+        # The table is small: cached while it is written (one file) and collected, so the
+        # aggregate is computed once.
+        table = builders[question.name](events).coalesce(1).persist(StorageLevel.MEMORY_ONLY)
+        try:
+            table.write.mode("overwrite").parquet(str(out / f"{question.name}.parquet"))
+            rows = collect_rows(table)
+        finally:
+            table.unpersist()
         stage(f"{question.name}: {len(rows)} row(s)")
         return rows
 
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="analyze") as pool:
         answers = {q.name: pool.submit(answer, q) for q in QUESTIONS}
-        tables = {name: future.result() for name, future in answers.items()}
-    in_range = [row.asDict() for row in events.groupBy("event").count().collect()]
-    shutil.rmtree(store, ignore_errors=True)
+        return {name: future.result() for name, future in answers.items()}
+
+
+def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
+                 since: datetime | None = None, until: datetime | None = None,
+                 slowest: int = 50, fetch_max_wait_ms: float = DEFAULT_FETCH_MAX_WAIT_MS,
+                 progress: Progress = _no_progress) -> AnalysisResult:
+    """Read ``files``, answer every question, write tables, ``summary.json`` and ``report.html``.
+
+    The input is read once: the parsed lines (only the columns the questions use) are written
+    as Parquet under ``out`` by the first job and every other job reads that copy (removed at
+    the end). Each table is computed once, cached while it is written and collected.
+    """
+    from .report import render_report
+
+    started = time.monotonic()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # timestamps are UTC end to end
+    # Keep the good fields of a line with one wrongly typed field, to name the bad field.
+    spark.conf.set("spark.sql.json.enablePartialResults", "true")
+    out.mkdir(parents=True, exist_ok=True)
+    steps = len(QUESTIONS) + 4
+    step = 0
+
+    def stage(message: str) -> None:
+        nonlocal step
+        step += 1
+        progress(f"[{step}/{steps}] {message} ({time.monotonic() - started:.1f}s)")
+
+    stage(f"reading {len(files)} file(s)")
+    jobs_before = _job_count(spark)
+    lines = read_logs(spark, files)
+    keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
+    # The one read of the input: parsed lines, cut to the analysed columns, written once as
+    # Parquet under --out (executors share it on a cluster) and read back, column-pruned, by
+    # every later job. Spark's in-memory cache instead: building the compressed column cache
+    # cost more CPU than the parse, and it peaked at 2,804 MiB on the 2,000,000-line bench
+    # log (docs/performance.md).
+    store = out / "_lines.parquet"
+    try:
+        lines.select(*keep).write.mode("overwrite").parquet(str(store))
+        stage("input read and parsed once (Parquet copy of the parsed lines)")
+        parsed = spark.read.parquet(str(store))
+        accounts = account_lines(parsed, files, since, until)
+        events = with_service_time(valid_events(parsed, since, until), fetch_max_wait_ms)
+        tables = _answer_all(spark, events, out, slowest, stage)
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+    jobs = _job_count(spark) - jobs_before
 
     stage("summary.json")
     summary = build_summary(accounts, tables, files, since, until)
-    summary["events_in_range"] = {_key(row["event"]): row["count"] for row in in_range}
+    summary["events_in_range"] = accounts.in_range
+    summary["spark_jobs"] = jobs
     summary["fetch_max_wait_ms"] = fetch_max_wait_ms
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     for warning in summary["warnings"]:
