@@ -30,14 +30,14 @@ import attrs
 import crc32c
 
 from . import compression
-from .compression import (
-    COMPRESSION_GZIP,
-    COMPRESSION_LZ4,
-    COMPRESSION_NONE,
-    COMPRESSION_SNAPPY,
-    COMPRESSION_ZSTD,
-    DEFAULT_DECOMPRESSED_LIMIT,
-)
+
+# The codec numbers live with the codecs; re-exported here, where batches are read.
+from .compression import COMPRESSION_GZIP as COMPRESSION_GZIP
+from .compression import COMPRESSION_LZ4 as COMPRESSION_LZ4
+from .compression import COMPRESSION_NONE as COMPRESSION_NONE
+from .compression import COMPRESSION_SNAPPY as COMPRESSION_SNAPPY
+from .compression import COMPRESSION_ZSTD as COMPRESSION_ZSTD
+from .compression import DEFAULT_DECOMPRESSED_LIMIT as DEFAULT_DECOMPRESSED_LIMIT
 
 HEADER_SIZE = 61
 #: batchLength counts the bytes after the length field itself.
@@ -55,9 +55,6 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 1 = LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
-
-__all__ = ["COMPRESSION_GZIP", "COMPRESSION_LZ4", "COMPRESSION_NONE", "COMPRESSION_SNAPPY",
-           "COMPRESSION_ZSTD", "DEFAULT_DECOMPRESSED_LIMIT"]
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
