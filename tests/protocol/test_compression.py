@@ -55,6 +55,11 @@ def test_lz4_is_written_as_kafka_reads_it_and_linked_blocks_are_refused() -> Non
 def test_gzip_concatenated_members_are_read() -> None:
     both = gzip.compress(b"one ") + gzip.compress(b"two")
     assert bytes(cz.decompress(cz.COMPRESSION_GZIP, both, CAP)) == b"one two"
+    assert bytes(cz.decompress(cz.COMPRESSION_GZIP, both + b"\x00junk", CAP)) == b"one two"
+    with pytest.raises(cz.CompressionError):
+        cz.decompress(cz.COMPRESSION_GZIP, both + b"\x1f\x8b\x08junk", CAP)
+    with pytest.raises(cz.CompressionError):
+        cz.decompress(cz.COMPRESSION_GZIP, both[:-3], CAP)
 
 
 @pytest.mark.parametrize("codec", CODECS)

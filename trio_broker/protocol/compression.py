@@ -2,7 +2,8 @@
 
 Formats as Apache Kafka reads and writes them (v2 batches):
 
-- gzip: RFC 1952 members (Kafka reads concatenated members, as ``GZIPInputStream`` does).
+- gzip: RFC 1952 members (concatenated members read, trailing non-gzip bytes ignored, as
+  ``GZIPInputStream`` does).
 - snappy: the Java client and Kafka write xerial snappy-java framing (``b"\\x82SNAPPY\\x00"``,
   version and compatible-version int32s, then ``[int32 length][raw snappy block]`` chunks of
   32 KiB input); librdkafka and others may send one raw snappy block. As Kafka's
@@ -143,7 +144,9 @@ def _gunzip(data: bytes, max_size: int) -> bytes:
             if not inflater.eof:
                 raise CompressionError("bad gzip data: truncated stream")
             rest = inflater.unused_data
-            if not rest:
+            if not rest.startswith(b"\x1f\x8b"):
+                # GZIPInputStream reads further members and ignores trailing bytes that are
+                # not one (as zlib.decompress did here before)
                 return bytes(out)
     except zlib.error as exc:
         raise CompressionError(f"bad gzip data: {exc}") from None
