@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,22 @@ async def test_log_append_time_topics_stamp_batches(tmp_path: Path) -> None:
     data = lm.read("t", 0, 0, 1000).records
     header = rb.validate_batch(data)
     assert header.log_append_time and header.max_timestamp == result.log_append_time
+    # compressed batches are stamped the same way (header only, records untouched) but are
+    # decompressed once: a corrupt one is refused, never stored
+    for codec in (rb.COMPRESSION_SNAPPY, rb.COMPRESSION_LZ4, rb.COMPRESSION_ZSTD):
+        good = rb.build_batch([(b"k", b"v" * 100, [], 5)], attributes=codec)
+        stamped = await lm.append("t", 0, good)
+        data = lm.read("t", 0, stamped.base_offset, 10_000).records
+        header = rb.validate_batch(data[:rb.decode_header(data).size])
+        assert header.compression == codec and header.max_timestamp == stamped.log_append_time
+        assert data[rb.HEADER_SIZE:header.size] == good[rb.HEADER_SIZE:]
+        assert [r.value for r in rb.decode_records(data[:header.size])] == [b"v" * 100]
+        bad = bytearray(good)
+        bad[rb.HEADER_SIZE + 6:] = b"\xff" * (len(bad) - rb.HEADER_SIZE - 6)
+        struct.pack_into(">I", bad, rb.CRC_OFFSET, rb.compute_crc(bad))
+        with pytest.raises(se.CorruptMessage):
+            await lm.append("t", 0, bytes(bad))
+    assert lm.get_partition("t", 0).log_end_offset == 5  # type: ignore[union-attr]
     lm.close()
 
 
