@@ -7,6 +7,7 @@ import datetime
 import sys
 from typing import Any
 
+import pytest
 import trio
 from kio.schema.errors import ErrorCode
 
@@ -261,3 +262,135 @@ async def test_probe_apis_answer_as_a_one_node_kafka(start_broker: Any) -> None:
                 state.coordinator_epoch, state.current_txn_start_offset) == (pid, 3, 1, -1, -1)
         assert state.last_timestamp > 0
         await client.aclose()
+
+
+def compressed_frame(records: list[Any], codec: int, *, max_timestamp: int,
+                     payload: bytes | None = None) -> bytes:
+    """A client batch compressed with ``codec`` whose header max timestamp is
+    ``max_timestamp`` whatever its records say; ``payload`` replaces the compressed records
+    (raw snappy, a bomb). CRC valid."""
+    import struct
+
+    out = bytearray(rb.build_batch(records, attributes=codec))
+    if payload is not None:
+        out = out[:rb.HEADER_SIZE] + payload
+        struct.pack_into(">i", out, 8, len(out) - rb.LOG_OVERHEAD)
+    struct.pack_into(">q", out, rb.MAX_TIMESTAMP_OFFSET, max_timestamp)
+    struct.pack_into(">I", out, rb.CRC_OFFSET, rb.compute_crc(out))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", ["snappy-xerial", "snappy-raw", "lz4", "zstd"])
+async def test_list_offsets_by_timestamp_for_compressed_batches_with_a_wrong_max_timestamp(
+        start_broker: Any, codec: str) -> None:
+    """The derived max timestamp covers every codec: each batch claims a max timestamp far off
+    (or -1); the broker reads the records, rewrites the header and indexes the right one."""
+    import cramjam
+
+    number = {"lz4": rb.COMPRESSION_LZ4, "zstd": rb.COMPRESSION_ZSTD}.get(
+        codec, rb.COMPRESSION_SNAPPY)
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker()
+        running.broker.log_manager.create_topic("c", 1)
+        client = await WireClient.connect(running.port)
+        base = 1_600_000_000_000
+        for n, claimed in enumerate((-1, base, base + 10**9)):
+            records = [(b"k", b"%d" % n * 50, [], base + 10 * n + d) for d in (0, 7, 1)]
+            raw = None
+            if codec == "snappy-raw":  # librdkafka's framing: one raw snappy block
+                plain = rb.build_batch(records)[rb.HEADER_SIZE:]
+                raw = bytes(cramjam.snappy.compress_raw(plain))
+            data = compressed_frame(records, number, max_timestamp=claimed, payload=raw)
+            got = await client.request(PRODUCE, 9, produce("c", 0, data))
+            assert got.responses[0].partition_responses[0].error_code is ErrorCode.none
+        for timestamp, expected in ((base + 1, (1, base + 7)), (base + 8, (3, base + 10)),
+                                    (base + 18, (6, base + 20)), (base + 28, (-1, -1)),
+                                    (-3, (7, base + 27))):
+            got = await client.request(LIST_OFFSETS, 7, list_offsets("c", 0, timestamp))
+            part = got.topics[0].partitions[0]
+            assert (part.offset, part.timestamp) == expected, timestamp
+        got = await client.request(FETCH, 12, fetch("c", 0, 0))
+        records = got.responses[0].partitions[0].records
+        assert [rb.validate_batch(records[p:p + s]).max_timestamp
+                for p, s in rb.iter_batches(records)] == [base + 7, base + 17, base + 27]
+        assert [r.value for p, s in rb.iter_batches(records)
+                for r in rb.decode_records(records[p:p + s])] == [b"%d" % n * 50 for n in
+                                                                  range(3) for _ in range(3)]
+        await client.aclose()
+
+
+async def test_decompression_bombs_and_bad_frames_are_corrupt_message(
+        start_broker: Any) -> None:
+    """A batch decompressing past the cap (64 x message.max.bytes, here 16 MiB as the floor),
+    malformed compressed bytes and a linked-block lz4 frame (which Kafka's reader refuses) are
+    CORRUPT_MESSAGE; nothing is stored and the broker keeps serving."""
+    import cramjam
+
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker({"message.max.bytes": "100000"})
+        running.broker.log_manager.create_topic("b", 1)
+        client = await WireClient.connect(running.port)
+        # one record whose value is 20 MiB of zeros: under 100 kB compressed
+        value_length = 20 << 20
+        record = bytearray(b"\x00")  # attributes
+        record += b"\x00\x00\x02\x6b"  # ts delta 0, offset delta 0, key length 1 ("k")
+        record += rb_varint(value_length) + bytes(value_length) + b"\x00"
+        plain = rb_varint(len(record)) + bytes(record)
+        template = [(b"k", b"x", [], now_ms())]
+        linked = cramjam.lz4.Compressor(block_linked=True)
+        linked.compress(rb.build_batch(template)[rb.HEADER_SIZE:])
+        cases = {
+            "zstd bomb": (rb.COMPRESSION_ZSTD, bytes(cramjam.zstd.compress(plain, level=3))),
+            "lz4 bomb": (rb.COMPRESSION_LZ4, rb_lz4(plain)),
+            # snappy's ratio is bounded (~21x): its bomb is a block whose preamble claims
+            # 1 GiB, refused before anything is allocated
+            "snappy bomb": (rb.COMPRESSION_SNAPPY, rb_xerial(b"")[:16] + b"\x00\x00\x00\x06"
+                            + rb_varint_u(1 << 30) + b"\x00"),
+            "gzip bomb": (rb.COMPRESSION_GZIP, bytes(cramjam.gzip.compress(plain))),
+            "zstd garbage": (rb.COMPRESSION_ZSTD, b"\x28\xb5\x2f\xfd" + b"\x01" * 40),
+            "lz4 linked blocks": (rb.COMPRESSION_LZ4, bytes(linked.finish())),
+            "snappy garbage": (rb.COMPRESSION_SNAPPY, b"\x82SNAPPY\x00" + b"\xff" * 12),
+        }
+        for what, (codec, payload) in cases.items():
+            assert len(payload) < 100_000, what
+            data = compressed_frame(template, codec, max_timestamp=-1, payload=payload)
+            if "bomb" in what and codec != rb.COMPRESSION_SNAPPY:
+                # a valid batch: only the cap refuses it
+                assert len(rb.decode_records(data, 64 << 20)[0].value or b"") == value_length
+            got = await client.request(PRODUCE, 9, produce("b", 0, data))
+            part = got.responses[0].partition_responses[0]
+            assert part.error_code is ErrorCode.corrupt_message, what
+        assert running.broker.log_manager.get_partition("b", 0).log_end_offset == 0
+        fine = compressed_frame(template, rb.COMPRESSION_ZSTD, max_timestamp=-1)
+        got = await client.request(PRODUCE, 9, produce("b", 0, fine))
+        assert got.responses[0].partition_responses[0].error_code is ErrorCode.none
+        await client.aclose()
+
+
+def rb_varint(value: int) -> bytes:
+    raw = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while raw > 0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def rb_varint_u(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def rb_lz4(data: bytes) -> bytes:
+    from trio_broker.protocol import compression
+    return compression.compress(rb.COMPRESSION_LZ4, data)
+
+
+def rb_xerial(data: bytes) -> bytes:
+    from trio_broker.protocol import compression
+    return compression.compress(rb.COMPRESSION_SNAPPY, data)

@@ -214,9 +214,10 @@ async def test_records_without_a_key_are_refused_by_compacted_topics(tmp_path: P
     lm.create_topic("k", 1, COMPACT)
     with pytest.raises(se.InvalidRecord, match="without key"):
         await lm.append("k", 0, rb.build_batch([record(b"a", b"1"), record(None, b"2")]))
-    gz = _gzip_batch([record(None, b"1")])
-    with pytest.raises(se.InvalidRecord, match="without key"):
-        await lm.append("k", 0, gz)
+    for codec in CODECS:
+        with pytest.raises(se.InvalidRecord, match="without key"):
+            await lm.append("k", 0, _compressed_batch([record(b"a", b"0"), record(None, b"1")],
+                                                      codec))
     await lm.append("k", 0, rb.build_batch([record(b"a", b"1")]))
     lm.create_topic("d", 1)
     await lm.append("d", 0, rb.build_batch([record(None, b"1")]))
@@ -233,8 +234,19 @@ def _gzip_batch(records: list[Any], **kw: Any) -> bytes:
     return bytes(out)
 
 
-async def test_gzip_batches_are_recompressed_and_producer_state_survives(
-        tmp_path: Path) -> None:
+#: Every codec; gzip through the standard library's writer, the others as Kafka writes them.
+CODECS = [rb.COMPRESSION_GZIP, rb.COMPRESSION_SNAPPY, rb.COMPRESSION_LZ4, rb.COMPRESSION_ZSTD]
+
+
+def _compressed_batch(records: list[Any], codec: int, **kw: Any) -> bytes:
+    if codec == rb.COMPRESSION_GZIP:
+        return _gzip_batch(records, **kw)
+    return rb.build_batch(records, attributes=codec, **kw)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_compressed_batches_are_recompressed_and_producer_state_survives(
+        tmp_path: Path, codec: int) -> None:
     lm = make(tmp_path)
     lm.create_topic("g", 1, COMPACT)
     # an idempotent producer writes gzip batches of 5 records over 3 keys
@@ -242,8 +254,8 @@ async def test_gzip_batches_are_recompressed_and_producer_state_survives(
     latest: dict[bytes, tuple[int, bytes | None]] = {}
     for i in range(40):
         records = [record(b"k%d" % ((i * 5 + j) % 3), b"v%d-%d" % (i, j)) for j in range(5)]
-        result = await lm.append("g", 0, _gzip_batch(records, producer_id=pid, producer_epoch=0,
-                                                      base_sequence=sequence))
+        result = await lm.append("g", 0, _compressed_batch(
+            records, codec, producer_id=pid, producer_epoch=0, base_sequence=sequence))
         for j in range(5):
             latest[records[j][0]] = (result.base_offset + j, records[j][1])  # type: ignore[index]
         sequence += 5
@@ -257,7 +269,16 @@ async def test_gzip_batches_are_recompressed_and_producer_state_survives(
     assert await lm.cleaner.clean_once()
     assert read_all(lm, "g") == expected(latest, tombstones=True)
     headers = [rb.decode_header(b) for b in all_batches(lm, "g")]
-    assert any(h.compression == rb.COMPRESSION_GZIP and h.record_count < 5 for h in headers)
+    assert any(h.compression == codec and h.record_count < 5 for h in headers)
+    # the rewritten batches are in the codec's Kafka format (xerial snappy, independent lz4)
+    for batch in all_batches(lm, "g"):
+        header = rb.decode_header(batch)
+        if header.compression == codec and header.record_count:
+            payload = batch[rb.HEADER_SIZE:]
+            if codec == rb.COMPRESSION_SNAPPY:
+                assert payload.startswith(b"\x82SNAPPY\x00")
+            if codec == rb.COMPRESSION_LZ4:
+                assert payload[:4] == b"\x04\x22\x4d\x18" and payload[4] & 0x20
     # the producer's last batch stays as an empty header with its offsets and sequence
     (empty,) = [h for h in headers if h.producer_id == pid and h.record_count == 0]
     assert (empty.base_sequence, empty.last_offset_delta) == (sequence, 0)
@@ -449,19 +470,19 @@ async def test_a_copy_overtaken_by_delete_records_is_discarded(
 @given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=40)),
                           st.one_of(st.none(), st.binary(max_size=300))), min_size=1, max_size=8),
        st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
-       st.booleans())
+       st.sampled_from([rb.COMPRESSION_NONE, *CODECS]))
 @settings(max_examples=300, deadline=None)
 def test_the_record_reader_takes_any_client_bytes(
         records: list[tuple[bytes | None, bytes | None]], flips: list[tuple[int, int]],
-        compress: bool) -> None:
+        codec: int) -> None:
     """The key check at produce reads client record bytes: a valid batch reads back exactly,
     and any corruption of the records (CRC fixed so it gets that far) is a RecordBatchError,
     never another exception."""
     inputs = [record(k, v, 1_700_000_000_000 + i) for i, (k, v) in enumerate(records)]
-    batch = bytearray(_gzip_batch(inputs) if compress else rb.build_batch(inputs))
+    batch = bytearray(_compressed_batch(inputs, codec) if codec else rb.build_batch(inputs))
     header = rb.decode_header(batch)
     assert cl.batch_has_keyless_record(batch, 0, header) == any(k is None for k, _ in records)
-    spans = list(cl.iter_records(cl._payload(bytes(batch), header), header.record_count))  # type: ignore[arg-type]
+    spans = list(cl.iter_records(rb.records_payload(bytes(batch), header), header.record_count))
     assert [(s.key, s.tombstone) for s in spans] == [(k, v is None) for k, v in records]
     for position, value in flips:
         at = rb.HEADER_SIZE + position % max(len(batch) - rb.HEADER_SIZE, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,22 @@ async def test_log_append_time_topics_stamp_batches(tmp_path: Path) -> None:
     data = lm.read("t", 0, 0, 1000).records
     header = rb.validate_batch(data)
     assert header.log_append_time and header.max_timestamp == result.log_append_time
+    # compressed batches are stamped the same way (header only, records untouched) but are
+    # decompressed once: a corrupt one is refused, never stored
+    for codec in (rb.COMPRESSION_SNAPPY, rb.COMPRESSION_LZ4, rb.COMPRESSION_ZSTD):
+        good = rb.build_batch([(b"k", b"v" * 100, [], 5)], attributes=codec)
+        stamped = await lm.append("t", 0, good)
+        data = lm.read("t", 0, stamped.base_offset, 10_000).records
+        header = rb.validate_batch(data[:rb.decode_header(data).size])
+        assert header.compression == codec and header.max_timestamp == stamped.log_append_time
+        assert data[rb.HEADER_SIZE:header.size] == good[rb.HEADER_SIZE:]
+        assert [r.value for r in rb.decode_records(data[:header.size])] == [b"v" * 100]
+        bad = bytearray(good)
+        bad[rb.HEADER_SIZE + 6:] = b"\xff" * (len(bad) - rb.HEADER_SIZE - 6)
+        struct.pack_into(">I", bad, rb.CRC_OFFSET, rb.compute_crc(bad))
+        with pytest.raises(se.CorruptMessage):
+            await lm.append("t", 0, bytes(bad))
+    assert lm.get_partition("t", 0).log_end_offset == 5  # type: ignore[union-attr]
     lm.close()
 
 
@@ -449,11 +466,15 @@ async def test_retention_keeps_working_after_delete_records(tmp_path: Path) -> N
     lm.close()
 
 
-def with_header_max_timestamp(data: bytes, max_timestamp: int, *, gzip: bool = False) -> bytes:
+def with_header_max_timestamp(data: bytes, max_timestamp: int, *, gzip: bool = False,
+                              codec: int = 0) -> bytes:
     """A client's batch whose header max timestamp is ``max_timestamp`` whatever its records say
-    (sarama 1.22 leaves it unset), optionally gzip-compressed; CRC valid."""
+    (sarama 1.22 leaves it unset), optionally compressed (``gzip`` through zlib, or
+    ``codec``); CRC valid."""
     import struct
     import zlib
+
+    from trio_broker.protocol import compression
 
     out = bytearray(data[:rb.HEADER_SIZE])
     body = data[rb.HEADER_SIZE:]
@@ -461,6 +482,9 @@ def with_header_max_timestamp(data: bytes, max_timestamp: int, *, gzip: bool = F
         packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
         body = packer.compress(body) + packer.flush()
         struct.pack_into(">h", out, rb.ATTRIBUTES_OFFSET, rb.COMPRESSION_GZIP)
+    elif codec:
+        body = compression.compress(codec, body)
+        struct.pack_into(">h", out, rb.ATTRIBUTES_OFFSET, codec)
     out += body
     struct.pack_into(">i", out, 8, len(out) - rb.LOG_OVERHEAD)
     struct.pack_into(">q", out, rb.MAX_TIMESTAMP_OFFSET, max_timestamp)
@@ -468,15 +492,19 @@ def with_header_max_timestamp(data: bytes, max_timestamp: int, *, gzip: bool = F
     return bytes(out)
 
 
-@pytest.mark.parametrize("gzip", [False, True])
-async def test_max_timestamp_is_derived_from_the_records(tmp_path: Path, gzip: bool) -> None:
+@pytest.mark.parametrize(("gzip", "codec"), [
+    (False, 0), (True, 0), (False, rb.COMPRESSION_SNAPPY), (False, rb.COMPRESSION_LZ4),
+    (False, rb.COMPRESSION_ZSTD)], ids=["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_max_timestamp_is_derived_from_the_records(tmp_path: Path, gzip: bool,
+                                                         codec: int) -> None:
     lm = make(tmp_path, log_index_interval_bytes="0")
     lm.create_topic("ts", 1)
     base = 1_700_000_000_000
     for n, (claimed, stamps) in enumerate([(-1, (0, 5, 3)), (base, (10, 20)),
                                            (base + 999_999, (30, 31))]):
         records = [(None, b"%d" % n, [], base + s) for s in stamps]
-        sent = with_header_max_timestamp(rb.build_batch(records), claimed, gzip=gzip)
+        sent = with_header_max_timestamp(rb.build_batch(records), claimed, gzip=gzip,
+                                         codec=codec)
         await lm.append("ts", 0, sent)
     data = lm.read("ts", 0, 0, 1 << 20).records
     headers = [rb.validate_batch(data[p:p + s]) for p, s in rb.iter_batches(data)]  # CRCs ok

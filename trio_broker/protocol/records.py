@@ -6,9 +6,9 @@ the base offset (plus, for ``LogAppendTime`` topics, the max timestamp and the t
 attribute bit) is rewritten in place in a copy, with the CRC recomputed. Records are never
 decoded record by record there.
 
-:func:`build_batch` and :func:`decode_records` encode and decode the records of uncompressed
-batches; they serve the group coordinator (which writes and replays its own log), ListOffsets by
-timestamp, and the tests.
+:func:`build_batch` and :func:`decode_records` encode and decode records (every codec is
+decoded, through :mod:`.compression`, with a cap on the decompressed size); they serve the group
+coordinator (which writes and replays its own log), ListOffsets by timestamp, and the tests.
 
 Layout of the header (all big-endian)::
 
@@ -24,11 +24,20 @@ Layout of the header (all big-endian)::
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 
 import attrs
 import crc32c
+
+from . import compression
+
+# The codec numbers live with the codecs; re-exported here, where batches are read.
+from .compression import COMPRESSION_GZIP as COMPRESSION_GZIP
+from .compression import COMPRESSION_LZ4 as COMPRESSION_LZ4
+from .compression import COMPRESSION_NONE as COMPRESSION_NONE
+from .compression import COMPRESSION_SNAPPY as COMPRESSION_SNAPPY
+from .compression import COMPRESSION_ZSTD as COMPRESSION_ZSTD
+from .compression import DEFAULT_DECOMPRESSED_LIMIT as DEFAULT_DECOMPRESSED_LIMIT
 
 HEADER_SIZE = 61
 #: batchLength counts the bytes after the length field itself.
@@ -46,12 +55,6 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 1 = LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
-
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -277,18 +280,19 @@ def assign_offset(batch: bytearray, position: int, base_offset: int,
 
 
 def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
-                          header: BatchHeader) -> int | None:
+                          header: BatchHeader,
+                          max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT) -> int:
     """The largest record timestamp of the batch at ``position`` (Kafka's LogValidator derives
-    it from the records rather than trusting the header), or None when the records are
-    compressed with a codec decoded nowhere here (snappy, lz4, zstd)."""
-    bounds = records_timestamp_bounds(batch, position, header)
-    return None if bounds is None else bounds[1]
+    it from the records rather than trusting the header)."""
+    return records_timestamp_bounds(batch, position, header, max_decompressed)[1]
 
 
 def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: int,
-                             header: BatchHeader) -> tuple[int, int] | None:
-    """``(smallest, largest)`` record timestamp of the batch at ``position``, or None when the
-    records are compressed with a codec decoded nowhere here (snappy, lz4, zstd).
+                             header: BatchHeader,
+                             max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT
+                             ) -> tuple[int, int]:
+    """``(smallest, largest)`` record timestamp of the batch at ``position``; compressed
+    records are decompressed first (at most ``max_decompressed`` bytes).
 
     Only each record's length and timestamp delta are read (varints); the rest is skipped.
     """
@@ -296,11 +300,10 @@ def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: in
         data: bytes | bytearray | memoryview = batch
         at = position + HEADER_SIZE
         end = position + header.size
-    elif header.compression == COMPRESSION_GZIP:
-        data = _records_payload(memoryview(batch)[position:position + header.size], header)
-        at, end = 0, len(data)
     else:
-        return None
+        data = records_payload(memoryview(batch)[position:position + header.size], header,
+                               max_decompressed)
+        at, end = 0, len(data)
     largest = -(1 << 63)
     smallest = 1 << 63
     try:
@@ -423,15 +426,13 @@ def build_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                 base_sequence: int = NO_SEQUENCE, partition_leader_epoch: int = -1,
                 attributes: int = 0) -> bytes:
-    """Encode an uncompressed v2 batch of ``(key, value, headers, timestamp_ms)`` records.
+    """Encode a v2 batch of ``(key, value, headers, timestamp_ms)`` records.
 
-    ``attributes`` may carry the transactional and control bits; compression is not supported
-    (the broker never compresses). The CRC is computed.
+    ``attributes`` may carry the transactional and control bits and a codec (the records are
+    then compressed as Kafka writes them). The CRC is computed.
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
-    if attributes & COMPRESSION_MASK:
-        raise ValueError("build_batch writes uncompressed batches only")
     base_timestamp = records[0][3]
     max_timestamp = max(r[3] for r in records)
     body = bytearray()
@@ -448,7 +449,8 @@ def build_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
             _write_bytes(rec, header_value)
         _write_varint(body, len(rec))
         body += rec
-    batch = bytearray(HEADER_SIZE) + body
+    codec = attributes & COMPRESSION_MASK
+    batch = bytearray(HEADER_SIZE) + (compression.compress(codec, body) if codec else body)
     _HEADER.pack_into(
         batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0,
         attributes, len(records) - 1, base_timestamp, max_timestamp, producer_id,
@@ -458,27 +460,29 @@ def build_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
     return bytes(batch)
 
 
-def _records_payload(batch: bytes | memoryview, header: BatchHeader) -> bytes | memoryview:
+def records_payload(batch: bytes | bytearray | memoryview, header: BatchHeader,
+                    max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT
+                    ) -> bytes | memoryview:
+    """The records bytes of one batch, decompressed (at most ``max_decompressed`` bytes; more
+    is ``corrupt_message``, as is anything the codec cannot decode)."""
     payload = memoryview(batch)[HEADER_SIZE:header.size]
     if header.compression == COMPRESSION_NONE:
         return payload
-    if header.compression == COMPRESSION_GZIP:
-        try:
-            return zlib.decompress(bytes(payload), 16 + zlib.MAX_WBITS)
-        except zlib.error as exc:
-            raise RecordBatchError("corrupt_message", f"bad gzip data: {exc}") from None
-    raise RecordBatchError("unsupported_compression",
-                           f"compression type {header.compression} cannot be decoded here")
+    try:
+        return compression.decompress(header.compression, payload, max_decompressed)
+    except compression.CompressionError as exc:
+        raise RecordBatchError("corrupt_message", str(exc)) from None
 
 
-def decode_records(batch: bytes | memoryview) -> list[Record]:
-    """Decode every record of one batch (uncompressed or gzip). Cold paths only.
+def decode_records(batch: bytes | memoryview,
+                   max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT) -> list[Record]:
+    """Decode every record of one batch (any codec). Cold paths only.
 
     Record timestamps follow Kafka: the batch's max timestamp for LogAppendTime batches,
     otherwise base timestamp + delta.
     """
     header = decode_header(batch)
-    data = _records_payload(batch, header)
+    data = records_payload(batch, header, max_decompressed)
     records: list[Record] = []
     position = 0
     for _ in range(header.record_count):

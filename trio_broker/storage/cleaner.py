@@ -19,8 +19,10 @@ A clean, as Kafka's:
    delta, producer id/epoch, base sequence and leader epoch; a batch whose records all went is
    dropped, unless it is its producer's last batch (kept as an empty header, so idempotent
    producer state survives a reload). Records stay bytes: only each record's key, value-null
-   flag and timestamp delta are read; gzip payloads are inflated and deflated again, batches
-   of a codec not decoded here (snappy, lz4, zstd) and control batches are kept as they are.
+   flag and timestamp delta are read; compressed payloads (every codec, through
+   :mod:`trio_broker.protocol.compression`) are decompressed and compressed again with their
+   codec; control batches, and a batch past the decompression cap (only after a lower
+   ``max.message.bytes``), are kept as they are.
 3. **Swap** (crash-safe, Kafka's suffix protocol): the ``.cleaned`` files are fsynced and
    renamed to ``.swap`` (the commit point), the replaced segments are deleted, the ``.swap``
    files renamed to their final names. At start-up (:func:`recover_swaps`) ``.cleaned`` files
@@ -35,7 +37,6 @@ after the horizon drops it.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import os
 import signal
@@ -48,6 +49,7 @@ from pathlib import Path
 import attrs
 
 from ..observability.log import emit
+from ..protocol import compression
 from ..protocol import records as rb
 from .segment import Segment, segment_name
 
@@ -216,21 +218,27 @@ def iter_records(payload: bytes | memoryview, count: int) -> Iterator[RecordSpan
         raise rb.RecordBatchError("corrupt_message", "record runs past the batch") from None
 
 
-def _payload(batch: bytes | memoryview, header: rb.BatchHeader) -> bytes | memoryview | None:
-    """The records payload of a batch, or None for a codec not decoded here."""
-    if header.compression not in (rb.COMPRESSION_NONE, rb.COMPRESSION_GZIP):
-        return None
-    return rb._records_payload(batch, header)
+def _payload(batch: bytes | memoryview, header: rb.BatchHeader, max_decompressed: int
+             ) -> bytes | memoryview | None:
+    """The records payload of a stored batch, or None when it decompresses past the cap (it
+    was accepted under a higher ``max.message.bytes``: kept as it is, never lost)."""
+    try:
+        return compression.decompress(header.compression,
+                                      memoryview(batch)[rb.HEADER_SIZE:header.size],
+                                      max_decompressed)
+    except compression.CompressionError as exc:
+        if exc.too_large:
+            return None
+        raise rb.RecordBatchError("corrupt_message", str(exc)) from None
 
 
 def batch_has_keyless_record(data: bytes | bytearray | memoryview, position: int,
-                             header: rb.BatchHeader) -> bool:
-    """Produce into a compacted topic: does the batch hold a record without a key? (False when
-    the codec is not decoded here: such batches are accepted, and the cleaner keeps them.)"""
+                             header: rb.BatchHeader,
+                             max_decompressed: int = rb.DEFAULT_DECOMPRESSED_LIMIT) -> bool:
+    """Produce into a compacted topic: does the batch hold a record without a key? (Compressed
+    records are decompressed, at most ``max_decompressed`` bytes: more is CORRUPT_MESSAGE.)"""
     batch = memoryview(data)[position:position + header.size]
-    payload = _payload(batch, header)
-    if payload is None:
-        return False
+    payload = rb.records_payload(batch, header, max_decompressed)
     return any(span.key is None for span in iter_records(payload, header.record_count))
 
 
@@ -276,15 +284,16 @@ def empty_batch(header: rb.BatchHeader, *, keep_producer: bool = True) -> bytes:
 
 def filter_batch(batch: bytes, header: rb.BatchHeader, offset_map: OffsetMap, *, now: int,
                  delete_retention_ms: int, producer_last_offsets: Mapping[int, int],
-                 stats: CleanStats) -> bytes | None:
+                 stats: CleanStats,
+                 max_decompressed: int = rb.DEFAULT_DECOMPRESSED_LIMIT) -> bytes | None:
     """The batch as the cleaned log keeps it: ``batch`` itself, a rewritten batch, or None.
 
     ``producer_last_offsets``: each producer id's last batch's last offset (Kafka keeps that
     batch, empty if need be, so the producer's sequence survives a reload).
     """
-    payload = None if header.is_control else _payload(batch, header)
+    payload = None if header.is_control else _payload(batch, header, max_decompressed)
     if payload is None:
-        return batch  # control batches and codecs not decoded here are kept as they are
+        return batch  # control batches (and batches past the cap) are kept as they are
     has_horizon = bool(header.attributes & DELETE_HORIZON_BIT)
     tombstones_expire = has_horizon and now >= header.base_timestamp
     retained: list[RecordSpan] = []
@@ -331,9 +340,9 @@ def filter_batch(batch: bytes, header: rb.BatchHeader, offset_map: OffsetMap, *,
     if header.log_append_time:
         max_timestamp = header.max_timestamp
     attributes = header.attributes | (DELETE_HORIZON_BIT if stamp else 0)
-    records_bytes: bytes | bytearray = body
-    if header.compression == rb.COMPRESSION_GZIP:
-        records_bytes = gzip.compress(bytes(body), compresslevel=6, mtime=0)
+    # Kafka's filterTo writes the retained records with the batch's own codec.
+    records_bytes: bytes | bytearray = (compression.compress(header.compression, body)
+                                        if header.compression else body)
     out = bytearray(rb.HEADER_SIZE) + records_bytes
     _HEADER.pack_into(
         out, 0, header.base_offset, len(out) - rb.LOG_OVERHEAD, header.partition_leader_epoch,
@@ -380,6 +389,8 @@ class CleanPlan:
     #: ``(producer_id, first_offset, last_offset)`` of aborted transactions: their records
     #: are left out of the offset map, so they never make a committed record obsolete.
     aborted: tuple[tuple[int, int, int], ...] = ()
+    #: Cap on one batch's decompressed records (from the topic's ``max.message.bytes``).
+    max_decompressed: int = rb.DEFAULT_DECOMPRESSED_LIMIT
 
 
 def iter_file_batches(path: Path, size: int) -> Iterator[tuple[bytes, rb.BatchHeader]]:
@@ -416,7 +427,7 @@ def build_offset_map(plan: CleanPlan) -> tuple[OffsetMap, int]:
             breathe()
             if header.is_control or (header.is_transactional and _aborted(plan, header)):
                 continue
-            payload = _payload(batch, header)
+            payload = _payload(batch, header, plan.max_decompressed)
             if payload is None:
                 continue
             for span in iter_records(payload, header.record_count):
@@ -493,7 +504,7 @@ def clean_group(plan: CleanPlan, group: Sequence[SourceSegment], offset_map: Off
                 kept = filter_batch(batch, header, offset_map, now=plan.now,
                                     delete_retention_ms=plan.delete_retention_ms,
                                     producer_last_offsets=plan.producer_last_offsets,
-                                    stats=stats)
+                                    stats=stats, max_decompressed=plan.max_decompressed)
                 last, wrote_last = header, kept is not None
                 if kept is not None:
                     positions.append((len(out), rb.decode_header(kept)))

@@ -21,6 +21,7 @@ import trio
 from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
+from ..protocol.compression import decompressed_limit
 from .cleaner import batch_has_keyless_record, recover_swaps
 from .errors import (
     BATCH_ERRORS,
@@ -250,9 +251,16 @@ class PartitionLog:
         assigned: list[tuple[int, rb.BatchHeader]] = []
         messages = 0
         for position, header in batches:
+            if stamp is None:
+                max_timestamp = self._derived_max_timestamp(data, position, header)
+            else:
+                max_timestamp = stamp
+                if header.compression:
+                    # The header is all LogAppendTime rewrites, but a compressed batch is
+                    # still decompressed once, as Kafka's LogValidator does: a corrupt one
+                    # (or a decompression bomb) is refused, never stored.
+                    self._records_bounds(data, position, header)
             rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
-            max_timestamp = stamp if stamp is not None else self._derived_max_timestamp(
-                data, position, header)
             header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp,
                                   partition_leader_epoch=LEADER_EPOCH)
             assigned.append((position, header))
@@ -278,13 +286,27 @@ class PartitionLog:
         """Kafka's LogValidator.validateKey: a compacted topic refuses records without a key."""
         for position, header in batches:
             try:
-                keyless = batch_has_keyless_record(records, position, header)
+                keyless = batch_has_keyless_record(records, position, header,
+                                                   self.decompressed_limit)
             except rb.RecordBatchError as exc:
                 raise CorruptMessage(exc.message) from None
             if keyless:
                 raise InvalidRecord(
                     "Compacted topic cannot accept message without key in topic partition "
                     f"{self.topic}-{self.partition}.")
+
+    def _records_bounds(self, data: bytearray, position: int, header: rb.BatchHeader
+                        ) -> tuple[int, int]:
+        try:
+            return rb.records_timestamp_bounds(data, position, header,
+                                               self.decompressed_limit)
+        except rb.RecordBatchError as exc:
+            raise CorruptMessage(exc.message) from None
+
+    @property
+    def decompressed_limit(self) -> int:
+        """Cap on one batch's decompressed records (a decompression bomb is CORRUPT_MESSAGE)."""
+        return decompressed_limit(self.config.max_message_bytes)
 
     def _derived_max_timestamp(self, data: bytearray, position: int,
                                header: rb.BatchHeader) -> int:
@@ -293,13 +315,7 @@ class PartitionLog:
         wrong one is rewritten in place (CRC included) so the time index and readers agree.
         Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
         INVALID_TIMESTAMP (KIP-937)."""
-        try:
-            bounds = rb.records_timestamp_bounds(data, position, header)
-        except rb.RecordBatchError as exc:
-            raise CorruptMessage(exc.message) from None
-        if bounds is None:  # a codec not decoded here: the header is all there is
-            bounds = (header.base_timestamp, header.max_timestamp)
-        smallest, derived = bounds
+        smallest, derived = self._records_bounds(data, position, header)
         config = self.config
         if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
             now = now_ms()
@@ -464,11 +480,12 @@ class PartitionLog:
         if header.log_append_time:
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
         try:
-            for record in rb.decode_records(segment.pread(header.size, position)):
+            for record in rb.decode_records(segment.pread(header.size, position),
+                                            self.decompressed_limit):
                 if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                     return record.offset, record.timestamp
         except rb.RecordBatchError:
-            pass  # compressed with a codec we cannot decode: answer at batch granularity
+            pass  # undecodable since (a lower max.message.bytes): answer at batch granularity
         return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
     def max_timestamp_offset(self) -> tuple[int, int]:

@@ -221,7 +221,7 @@ class LogCleaner:
             config.index_interval_bytes, producers,
             map_slots(self.config.log_cleaner_dedupe_buffer_size,
                       self.config.log_cleaner_threads, dirty_records),
-            log.txn_index.aborted_ranges())
+            log.txn_index.aborted_ranges(), log.decompressed_limit)
         return plan, {s.base_offset: s for s in segments}
 
     async def _clean(self, found: Candidate, now: int, index: int) -> None:

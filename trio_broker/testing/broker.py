@@ -311,8 +311,8 @@ class _BrokerCore:
     def records(self, topic: str, partition: int | None = None) -> list[StoredRecord]:
         """What the log of ``topic`` (or one partition) holds, read from storage without a
         client: every record from the log start to the high watermark, by partition then
-        offset (control batches of transactions left out). Compressed batches other than
-        gzip cannot be decoded here."""
+        offset (control batches of transactions left out); compressed batches (gzip, snappy,
+        lz4, zstd) are decompressed."""
         return self._call_app(lambda app: self._records(topic, partition))
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
