@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         "scram", add_help=False,
         help="add, delete or describe SCRAM users in a data directory, offline, with "
              "kafka-configs.sh's options (trio_broker scram --help)")
+    commands.add_parser(
+        "topics", add_help=False,
+        help="create, list, describe, alter or delete topics, with kafka-topics.sh's options")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -77,6 +80,7 @@ _TOOL_MODULES = {
     "quotas": ".tools.quotas",
     "acls": ".tools.acls",
     "scram": ".tools.scram",
+    "topics": ".tools.topics",
 }
 
 

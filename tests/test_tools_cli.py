@@ -1,0 +1,112 @@
+"""``trio_broker topics|groups|configs|produce|consume|cluster`` against a real broker on a
+real socket (in-process, port 0); output checked against the Kafka tools' formats."""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+from trio_broker.cli import main as cli_main
+
+
+async def tool(bootstrap: str, name: str, *args: str, stdin: str | None = None
+               ) -> tuple[int, str, str]:
+    """Run ``trio_broker NAME --bootstrap-server B ARGS`` in a worker thread."""
+    module = __import__(f"trio_broker.tools.{name}", fromlist=["main"])
+    out, err = io.StringIO(), io.StringIO()
+    kwargs: dict[str, Any] = {"out": out, "err": err}
+    if stdin is not None:
+        kwargs["stdin"] = io.StringIO(stdin)
+    run = functools.partial(module.main, ["--bootstrap-server", bootstrap, *args], **kwargs)
+    with trio.fail_after(60):
+        code = await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+    return code, out.getvalue(), err.getvalue()
+
+
+# ------------------------------------------------------------------------------ topics
+async def test_topics_create_list_describe_alter_delete(broker: Any) -> None:
+    b = broker.bootstrap
+    assert await tool(b, "topics", "--create", "--topic", "orders", "--partitions", "2",
+                      "--config", "retention.ms=1000", "--config", "cleanup.policy=compact") \
+        == (0, "Created topic orders.\n", "")
+    code, _, err = await tool(b, "topics", "--create", "--topic", "orders")
+    assert code == 1 and err == "trio_broker topics: Topic 'orders' already exists.\n"
+    assert (await tool(b, "topics", "--create", "--topic", "orders", "--if-not-exists"))[0] == 0
+    assert (await tool(b, "topics", "--create", "--topic", "audit"))[0] == 0
+    assert await tool(b, "topics", "--list") == (0, "audit\norders\n", "")
+
+    code, out, _ = await tool(b, "topics", "--describe", "--topic", "orders")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3
+    # kafka-topics.sh: TopicCommand's TopicDescription then one PartitionDescription per line
+    assert re.fullmatch(r"Topic: orders\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: 2\t"
+                        r"ReplicationFactor: 1\tConfigs: cleanup.policy=compact,"
+                        r"retention.ms=1000", lines[0]), lines[0]
+    assert lines[1:] == ["\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1",
+                         "\tTopic: orders\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1"]
+
+    assert await tool(b, "topics", "--alter", "--topic", "orders", "--partitions", "4") == (
+        0, "", "")
+    code, out, _ = await tool(b, "topics", "--describe", "--topic", "orders", "--output", "json")
+    import json
+    (described,) = json.loads(out)
+    assert described["partition_count"] == 4 and described["configs"] == {
+        "cleanup.policy": "compact", "retention.ms": "1000"}
+    assert [p["leader"] for p in described["partitions"]] == [1, 1, 1, 1]
+
+    assert await tool(b, "topics", "--delete", "--topic", "orders") == (0, "", "")
+    assert await tool(b, "topics", "--delete", "--topic", "orders") == (
+        1, "", "trio_broker topics: Topic 'orders' does not exist as expected\n")
+    assert (await tool(b, "topics", "--delete", "--topic", "orders", "--if-exists"))[0] == 0
+    assert await tool(b, "topics", "--list") == (0, "audit\n", "")
+
+
+async def test_topics_refused_by_the_broker(broker: Any) -> None:
+    code, out, err = await tool(broker.bootstrap, "topics", "--create", "--topic", "bad",
+                                "--config", "cleanup.policy=nonsense")
+    assert (code, out) == (1, "")
+    assert err.startswith("trio_broker topics: bad: INVALID_CONFIG") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    ((), "one of the arguments --create --list --describe --alter --delete is required"),
+    (("--list", "--describe"), "not allowed with argument"),
+    (("--alter", "--topic", "t"), "--alter needs --partitions"),
+    (("--create",), "--topic is required"),
+    (("--create", "--topic", "t", "--partitions", "x"), "invalid int value"),
+    (("--list", "--if-not-exists"), "--if-not-exists is only valid with --create"),
+    (("--list", "--bogus"), "unrecognized arguments: --bogus"),
+])
+def test_bad_flags_exit_2(args: tuple[str, ...], reason: str,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["topics", "--bootstrap-server", "127.0.0.1:1", *args]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and err.count("\n") == 1
+
+
+def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("topics",):
+        assert cli_main([name, "--help"]) == 0
+        assert "examples:" in capsys.readouterr().out
+
+
+def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["topics", "--bootstrap-server", "127.0.0.1:1", "--list"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Broker may not be available" in err
+
+
+def test_installed_command(broker_process: Any) -> None:
+    process = broker_process()
+    done = subprocess.run([sys.executable, "-m", "trio_broker", "topics", "--bootstrap-server",
+                           process.bootstrap, "--create", "--topic", "t1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "Created topic t1.\n", "")
+    assert process.stop() == 0
