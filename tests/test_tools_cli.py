@@ -92,7 +92,7 @@ def test_bad_flags_exit_2(args: tuple[str, ...], reason: str,
 
 
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("topics",):
+    for name in ("topics", "groups"):
         assert cli_main([name, "--help"]) == 0
         assert "examples:" in capsys.readouterr().out
 
@@ -110,3 +110,109 @@ def test_installed_command(broker_process: Any) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "Created topic t1.\n", "")
     assert process.stop() == 0
+
+
+# ------------------------------------------------------------------------------ groups
+def confluent_group_session(bootstrap: str, topic: str, group: str, consume: int,
+                            while_active: Any) -> Any:
+    """Produce 10 records over 2 partitions, consume ``consume`` of them in ``group`` with
+    confluent-kafka, committing each; call ``while_active()`` before the consumer leaves."""
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, key=f"k{i}", value=f"v{i}", partition=i % 2)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "client.id": "cli-test"})
+    consumer.subscribe([topic])
+    seen = 0
+    try:
+        while seen < consume:
+            message = consumer.poll(5)
+            if message is None or message.error():
+                continue
+            seen += 1
+            consumer.commit(message, asynchronous=False)
+        return while_active()
+    finally:
+        consumer.close()
+
+
+async def test_groups_list_describe_reset_delete(broker: Any) -> None:
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "t2", "--partitions", "2"))[0] == 0
+
+    def describe_now() -> Any:
+        return trio.from_thread.run(tool, b, "groups", "--describe", "--group", "app")
+
+    active = await trio.to_thread.run_sync(confluent_group_session, b, "t2", "app", 7,
+                                           describe_now)
+    code, out, err = active
+    lines = out.splitlines()
+    assert (code, err, lines[0]) == (0, "", "")
+    header = ("GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  "
+              "LAG             CONSUMER-ID")
+    assert lines[1].startswith(header) and lines[1].split() == [
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+        "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    rows = [line.split() for line in lines[2:]]
+    assert [r[:6] for r in rows] in ([["app", "t2", "0", "2", "5", "3"],
+                                      ["app", "t2", "1", "5", "5", "0"]],
+                                     [["app", "t2", "0", "5", "5", "0"],
+                                      ["app", "t2", "1", "2", "5", "3"]])
+    assert all(r[6].startswith("cli-test-") and r[7] == "/127.0.0.1" and r[8] == "cli-test"
+               for r in rows)
+
+    assert await tool(b, "groups", "--list") == (0, "app\n", "")
+    code, out, err = await tool(b, "groups", "--describe", "--group", "app")
+    assert code == 0 and "Consumer group 'app' has no active members." in err
+    assert all(line.split()[6:] == ["-", "-", "-"] for line in out.splitlines()[2:])
+
+    # dry run by default (with Kafka's warning), then executed
+    code, out, err = await tool(b, "groups", "--reset-offsets", "--group", "app",
+                                "--all-topics", "--to-earliest")
+    assert code == 0 and err.startswith("WARN: No action will be performed")
+    assert out.splitlines()[1:] == [
+        "GROUP                          TOPIC                          PARTITION  NEW-OFFSET     ",
+        "app                            t2                             0          0              ",
+        "app                            t2                             1          0              "]
+    code, out, _ = await tool(b, "groups", "--reset-offsets", "--group", "app", "--topic",
+                              "t2:0", "--shift-by", "-1", "--execute", "--output", "json")
+    import json
+    shifted = json.loads(out)["offsets"]
+    assert code == 0 and len(shifted) == 1 and shifted[0]["partition"] == 0
+    code, out, _ = await tool(b, "groups", "--reset-offsets", "--group", "app", "--topic", "t2",
+                              "--to-datetime", "2000-01-01T00:00:00.000", "--execute")
+    assert code == 0
+    code, out, _ = await tool(b, "groups", "--describe", "--group", "app", "--output", "json")
+    assert [(r["partition"], r["current_offset"], r["lag"])
+            for r in json.loads(out)["app"]["partitions"]] == [(0, 0, 5), (1, 0, 5)]
+    assert await tool(b, "groups", "--reset-offsets", "--group", "app", "--topic", "t2",
+                      "--to-offset", "99", "--execute", "--output", "json") == (
+        0, '{"group": "app", "executed": true, "offsets": [{"topic": "t2", "partition": 0, '
+           '"offset": 5}, {"topic": "t2", "partition": 1, "offset": 5}]}\n', "")
+
+    assert await tool(b, "groups", "--delete", "--group", "app") == (
+        0, "Deletion of requested consumer groups ('app') was successful.\n", "")
+    code, _, err = await tool(b, "groups", "--delete", "--group", "app")
+    assert code == 1 and "GROUP_ID_NOT_FOUND" in err and err.count("\n") == 1
+    assert await tool(b, "groups", "--list") == (0, "", "")
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (("--describe",), "need --group or --all-groups"),
+    (("--reset-offsets", "--group", "g", "--to-earliest"), "one of --topic, --all-topics"),
+    (("--reset-offsets", "--group", "g", "--all-topics"), "needs one of --to-earliest"),
+    (("--reset-offsets", "--group", "g", "--all-topics", "--to-datetime", "yesterday"),
+     "Error parsing timestamp"),
+    (("--reset-offsets", "--group", "g", "--all-topics", "--to-earliest", "--to-latest"),
+     "not allowed with argument"),
+    (("--list", "--execute"), "go with --reset-offsets"),
+])
+def test_groups_bad_flags_exit_2(args: tuple[str, ...], reason: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["groups", "--bootstrap-server", "127.0.0.1:1", *args]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and err.count("\n") == 1

@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "topics", add_help=False,
         help="create, list, describe, alter or delete topics, with kafka-topics.sh's options")
+    commands.add_parser(
+        "groups", add_help=False,
+        help="list, describe, delete consumer groups and reset their offsets, with "
+             "kafka-consumer-groups.sh's options")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -81,6 +85,7 @@ _TOOL_MODULES = {
     "acls": ".tools.acls",
     "scram": ".tools.scram",
     "topics": ".tools.topics",
+    "groups": ".tools.groups",
 }
 
 
