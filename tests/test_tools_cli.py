@@ -92,7 +92,7 @@ def test_bad_flags_exit_2(args: tuple[str, ...], reason: str,
 
 
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("topics", "groups"):
+    for name in ("topics", "groups", "configs"):
         assert cli_main([name, "--help"]) == 0
         assert "examples:" in capsys.readouterr().out
 
@@ -214,5 +214,72 @@ async def test_groups_list_describe_reset_delete(broker: Any) -> None:
 def test_groups_bad_flags_exit_2(args: tuple[str, ...], reason: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["groups", "--bootstrap-server", "127.0.0.1:1", *args]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- configs
+async def test_configs_topics_and_brokers(broker: Any) -> None:
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "c1", "--config",
+                       "retention.ms=5000"))[0] == 0
+    entity = ("--entity-type", "topics", "--entity-name", "c1")
+    assert await tool(b, "configs", "--describe", *entity) == (0, (
+        "Dynamic configs for topic c1 are:\n"
+        "  retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000, "
+        "DEFAULT_CONFIG:log.retention.hours=168}\n"), "")
+    assert await tool(b, "configs", "--alter", *entity, "--add-config",
+                      "cleanup.policy=[compact,delete],segment.ms=100000") == (
+        0, "Completed updating config for topic c1.\n", "")
+    assert (await tool(b, "configs", "--alter", *entity, "--delete-config",
+                       "retention.ms"))[0] == 0
+    code, out, _ = await tool(b, "configs", "--describe", *entity)
+    assert code == 0 and [line.split(" sensitive=")[0] for line in out.splitlines()] == [
+        "Dynamic configs for topic c1 are:", "  cleanup.policy=compact,delete",
+        "  segment.ms=100000"]
+    # the same, as confluent-kafka's AdminClient reports it
+    def confluent_view() -> dict[str, str]:
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        admin = AdminClient({"bootstrap.servers": b})
+        (future,) = admin.describe_configs([ConfigResource("topic", "c1")]).values()
+        return {k: v.value for k, v in future.result(30).items() if not v.is_default}
+
+    assert await trio.to_thread.run_sync(confluent_view) == {
+        "cleanup.policy": "compact,delete", "segment.ms": "100000"}
+    code, out, _ = await tool(b, "configs", "--describe", *entity, "--all", "--output", "json")
+    import json
+    (described,) = json.loads(out)
+    assert {c["name"] for c in described["configs"]} >= {"cleanup.policy", "retention.ms",
+                                                         "compression.type"}
+
+    code, out, _ = await tool(b, "configs", "--describe", "--entity-type", "brokers",
+                              "--entity-name", "1")
+    assert (code, out.splitlines()[0]) == (0, "Dynamic configs for broker 1 are:")
+    # this broker refuses dynamic broker configs: one line, status 1
+    code, out, err = await tool(b, "configs", "--alter", "--entity-type", "brokers",
+                                "--entity-default", "--add-config", "log.retention.ms=1")
+    assert (code, out, err.count("\n")) == (1, "", 1) and "INVALID_REQUEST" in err
+
+
+async def test_configs_quotas_are_the_quotas_command(broker: Any) -> None:
+    b = broker.bootstrap
+    assert await tool(b, "configs", "--alter", "--entity-type", "ips", "--entity-name",
+                      "10.0.0.1", "--add-config", "connection_creation_rate=5") == (
+        0, "Completed updating config for ip 10.0.0.1.\n", "")
+    expected = (0, "Quota configs for ip '10.0.0.1' are connection_creation_rate=5.0\n", "")
+    assert await tool(b, "configs", "--describe", "--entity-type", "ips") == expected
+    assert await tool(b, "quotas", "--describe", "--entity-type", "ips") == expected
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (("--describe",), "the following arguments are required: --entity-type"),
+    (("--describe", "--entity-type", "groups"), "invalid choice: 'groups'"),
+    (("--describe", "--entity-type", "brokers", "--entity-name", "x"), "valid integer"),
+    (("--describe", "--entity-type", "topics", "--add-config", "a=b"), "--describe cannot"),
+])
+def test_configs_bad_flags_exit_2(args: tuple[str, ...], reason: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["configs", "--bootstrap-server", "127.0.0.1:1", *args]) == 2
     err = capsys.readouterr().err
     assert reason in err and err.count("\n") == 1

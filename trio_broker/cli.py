@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
         "groups", add_help=False,
         help="list, describe, delete consumer groups and reset their offsets, with "
              "kafka-consumer-groups.sh's options")
+    commands.add_parser(
+        "configs", add_help=False,
+        help="describe or alter topic, broker and client quota configs, with "
+             "kafka-configs.sh's options")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -86,6 +90,7 @@ _TOOL_MODULES = {
     "scram": ".tools.scram",
     "topics": ".tools.topics",
     "groups": ".tools.groups",
+    "configs": ".tools.configs",
 }
 
 
