@@ -19,12 +19,16 @@ from trio_broker.cli import main as cli_main
 async def tool(bootstrap: str, name: str, *args: str, stdin: str | None = None
                ) -> tuple[int, str, str]:
     """Run ``trio_broker NAME --bootstrap-server B ARGS`` in a worker thread."""
-    module = __import__(f"trio_broker.tools.{name}", fromlist=["main"])
+    from trio_broker.cli import _TOOL_MODULES
+
+    module_name, _, function = _TOOL_MODULES[name].partition(":")
+    module = __import__(f"trio_broker{module_name}", fromlist=["main"])
+    entry = getattr(module, function or "main")
     out, err = io.StringIO(), io.StringIO()
     kwargs: dict[str, Any] = {"out": out, "err": err}
     if stdin is not None:
         kwargs["stdin"] = io.StringIO(stdin)
-    run = functools.partial(module.main, ["--bootstrap-server", bootstrap, *args], **kwargs)
+    run = functools.partial(entry, ["--bootstrap-server", bootstrap, *args], **kwargs)
     with trio.fail_after(60):
         code = await trio.to_thread.run_sync(run, abandon_on_cancel=True)
     return code, out.getvalue(), err.getvalue()
@@ -92,7 +96,7 @@ def test_bad_flags_exit_2(args: tuple[str, ...], reason: str,
 
 
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("topics", "groups", "configs"):
+    for name in ("topics", "groups", "configs", "produce", "consume"):
         assert cli_main([name, "--help"]) == 0
         assert "examples:" in capsys.readouterr().out
 
@@ -281,5 +285,141 @@ async def test_configs_quotas_are_the_quotas_command(broker: Any) -> None:
 def test_configs_bad_flags_exit_2(args: tuple[str, ...], reason: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["configs", "--bootstrap-server", "127.0.0.1:1", *args]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------- produce / consume
+def command(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "trio_broker", *args], capture_output=True,
+                          timeout=120, check=False, **kwargs)
+
+
+def test_produce_consume_pipe_round_trip(broker_process: Any, tmp_path: Any) -> None:
+    """10,000 keyed lines with headers: ``produce < file``, then ``consume | file``."""
+    process = broker_process()
+    server = ("--bootstrap-server", process.bootstrap)
+    assert command("topics", *server, "--create", "--topic", "pipe", "--partitions",
+                   "3").returncode == 0
+    lines = [f"trace:t{i},env:prod\tkey{i % 97}:value {i} \u00e9" for i in range(10_000)]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with source.open("rb") as stdin:
+        produced = command("produce", *server, "--topic", "pipe", "--property",
+                           "parse.key=true", "--property", "key.separator=:", "--property",
+                           "parse.headers=true", stdin=stdin)
+    assert (produced.returncode, produced.stdout, produced.stderr) == (0, b"", b"")
+    # through a real OS pipe, as `trio_broker consume ... | sort`
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "trio_broker", "consume", *server, "--topic", "pipe",
+         "--from-beginning", "--max-messages", "10000", "-f", "%h\\t%k:%v\\n"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sort = subprocess.run(["sort"], stdin=consumer.stdout, capture_output=True, timeout=120,
+                          check=True)
+    assert consumer.stdout is not None
+    consumer.stdout.close()
+    assert consumer.wait(timeout=120) == 0
+    assert consumer.stderr is not None
+    assert consumer.stderr.read() == b"Processed a total of 10000 messages\n"
+    got = sort.stdout.decode("utf-8").splitlines()
+    # kcat's %h writes headers as k=v
+    assert sorted(got) == sorted(line.replace(":t", "=t", 1).replace("env:", "env=")
+                                 for line in lines)
+    # keyed records are spread by Kafka's murmur2 partitioner: one key, one partition
+    by_partition = command("consume", *server, "--topic", "pipe", "--from-beginning", "-e",
+                           "-f", "%p %k\\n").stdout.decode().split("\n")
+    partitions_of_key: dict[str, set[str]] = {}
+    for row in filter(None, by_partition):
+        partition, key = row.split()
+        partitions_of_key.setdefault(key, set()).add(partition)
+    assert len(partitions_of_key) == 97 and all(len(p) == 1 for p in partitions_of_key.values())
+    assert process.stop() == 0
+
+
+async def test_produce_consume_formats_and_groups(broker: Any) -> None:
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "fmt", "--partitions", "1"))[0] == 0
+    assert await tool(b, "produce", "--topic", "fmt", "--property", "parse.key=true",
+                      stdin="a\tone\nb\ttwo\nc\tthree\n") == (0, "", "")
+    code, out, err = await tool(b, "consume", "--topic", "fmt", "--from-beginning",
+                                "--max-messages", "2", "--property", "print.key=true",
+                                "--property", "print.offset=true")
+    assert (code, out, err) == (0, "Offset:0\ta\tone\nOffset:1\tb\ttwo\n",
+                                "Processed a total of 2 messages\n")
+    code, out, _ = await tool(b, "consume", "--topic", "fmt", "--partition", "0", "--offset",
+                              "1", "-e", "-f", "%t/%p/%o %K %S %k=%v|%h|\\n")
+    assert (code, out) == (0, "fmt/0/1 1 3 b=two||\nfmt/0/2 1 5 c=three||\n")
+    # --timeout-ms ends a consumer that waits for new records
+    code, out, _ = await tool(b, "consume", "--topic", "fmt", "--timeout-ms", "300")
+    assert (code, out) == (0, "")
+    # --group starts at the committed offsets and commits what it wrote
+    code, out, _ = await tool(b, "consume", "--topic", "fmt", "--group", "g1",
+                              "--from-beginning", "--max-messages", "1")
+    assert (code, out) == (0, "one\n")
+    code, out, _ = await tool(b, "consume", "--topic", "fmt", "--group", "g1", "-e")
+    assert (code, out) == (0, "two\nthree\n")
+    code, out, _ = await tool(b, "groups", "--describe", "--group", "g1", "--output", "json")
+    assert [(r["current_offset"], r["lag"]) for r in
+            __import__("json").loads(out)["g1"]["partitions"]] == [(3, 0)]
+
+
+async def test_records_read_by_confluent_kafka(broker: Any) -> None:
+    """What `produce` writes, confluent-kafka reads: keys, values, headers, partitions."""
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "cx", "--partitions", "4"))[0] == 0
+    assert (await tool(b, "produce", "--topic", "cx", "--property", "parse.key=true",
+                       "--property", "parse.headers=true",
+                       stdin="".join(f"h:{i}\tk{i}\tv{i}\n" for i in range(40))))[0] == 0
+
+    def read() -> list[tuple[int, bytes, bytes, list[Any]]]:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": b, "group.id": "cx",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["cx"])
+        got: list[tuple[int, bytes, bytes, list[Any]]] = []
+        try:
+            while len(got) < 40:
+                message = consumer.poll(5)
+                if message is not None and not message.error():
+                    got.append((message.partition(), message.key(), message.value(),
+                                message.headers()))
+        finally:
+            consumer.close()
+        return got
+
+    from trio_broker.tools.console import key_partition
+
+    got = await trio.to_thread.run_sync(read)
+    assert sorted((k, v, h) for _, k, v, h in got) == sorted(
+        (f"k{i}".encode(), f"v{i}".encode(), [("h", str(i).encode())]) for i in range(40))
+    assert all(p == key_partition(k, 4) for p, k, _, _ in got)
+
+
+def test_murmur2_matches_kafka() -> None:
+    from trio_broker.tools.console import murmur2
+
+    # values of Kafka's Utils.murmur2 (UtilsTest.testMurmur2 and the Java client)
+    assert murmur2(b"21") & 0xFFFFFFFF == -973932308 & 0xFFFFFFFF
+    assert murmur2(b"foobar") & 0xFFFFFFFF == -790332482 & 0xFFFFFFFF
+    assert murmur2(b"a-little-bit-long-string") & 0xFFFFFFFF == -985981536 & 0xFFFFFFFF
+    assert murmur2(b"a-little-bit-longer-string") & 0xFFFFFFFF == -1486304829 & 0xFFFFFFFF
+    assert murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") & 0xFFFFFFFF == \
+        -58897971 & 0xFFFFFFFF
+    assert murmur2(b"abc") & 0xFFFFFFFF == 479470107
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (("produce",), "the following arguments are required: --topic"),
+    (("produce", "--topic", "t", "--acks", "0"), "invalid choice"),
+    (("consume",), "the following arguments are required: --topic"),
+    (("consume", "--topic", "t", "--offset", "5"), "The partition is required"),
+    (("consume", "--topic", "t", "--offset", "1", "--from-beginning", "--partition", "0"),
+     "not allowed with argument"),
+    (("consume", "--topic", "t", "--max-messages", "x"), "invalid int value"),
+])
+def test_console_bad_flags_exit_2(args: tuple[str, ...], reason: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main([args[0], "--bootstrap-server", "127.0.0.1:1", *args[1:]]) == 2
     err = capsys.readouterr().err
     assert reason in err and err.count("\n") == 1

@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         "configs", add_help=False,
         help="describe or alter topic, broker and client quota configs, with "
              "kafka-configs.sh's options")
+    commands.add_parser(
+        "produce", add_help=False,
+        help="produce lines of stdin to a topic (kafka-console-producer.sh, kcat -P)")
+    commands.add_parser(
+        "consume", add_help=False,
+        help="write records of a topic to stdout (kafka-console-consumer.sh, kcat -C)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -91,6 +97,8 @@ _TOOL_MODULES = {
     "topics": ".tools.topics",
     "groups": ".tools.groups",
     "configs": ".tools.configs",
+    "produce": ".tools.console:produce_main",
+    "consume": ".tools.console:consume_main",
 }
 
 
@@ -99,8 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in _TOOL_MODULES:
         # Imported on demand: `run` must not pay for pyspark or the admin tools.
-        tool = importlib.import_module(_TOOL_MODULES[args_list[0]], __package__)
-        return int(tool.main(args_list[1:]))
+        module, _, function = _TOOL_MODULES[args_list[0]].partition(":")
+        tool = importlib.import_module(module, __package__)
+        return int(getattr(tool, function or "main")(args_list[1:]))
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":
