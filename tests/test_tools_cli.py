@@ -96,7 +96,7 @@ def test_bad_flags_exit_2(args: tuple[str, ...], reason: str,
 
 
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("topics", "groups", "configs", "produce", "consume"):
+    for name in ("topics", "groups", "configs", "produce", "consume", "cluster"):
         assert cli_main([name, "--help"]) == 0
         assert "examples:" in capsys.readouterr().out
 
@@ -423,3 +423,40 @@ def test_console_bad_flags_exit_2(args: tuple[str, ...], reason: str,
     assert cli_main([args[0], "--bootstrap-server", "127.0.0.1:1", *args[1:]]) == 2
     err = capsys.readouterr().err
     assert reason in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- cluster
+async def test_cluster_describe(broker: Any) -> None:
+    b = broker.bootstrap
+    code, out, err = await tool(b, "cluster", "describe")
+    lines = out.splitlines()
+    assert (code, err) == (0, "")
+    assert lines[0].startswith("ClusterId:") and lines[1] == "ControllerId:    1"
+    assert f"  {b} (id: 1 rack: null)" in lines
+    assert "  listeners=PLAINTEXT://127.0.0.1:0" in lines  # as configured (port 0)
+    # kafka-broker-api-versions.sh's table
+    start = lines.index(f"{b} (id: 1 rack: null) -> (")
+    assert re.fullmatch(r"\tProduce\(0\): \d+ to \d+ \[usable: \d+\],", lines[start + 1])
+    assert any(re.fullmatch(r"\tApiVersions\(18\): 0 to \d+ \[usable: \d+\],?", line)
+               for line in lines)
+    assert lines[-1] == ")"
+    code, out, _ = await tool(b, "cluster", "describe", "--output", "json")
+    import json
+    info = json.loads(out)
+    assert info["node"]["id"] == 1 and {a["name"] for a in info["apis"]} >= {
+        "Produce", "Fetch", "Metadata", "ApiVersions", "DescribeCluster"}
+
+    # the same cluster id and brokers as confluent-kafka's AdminClient reports
+    def confluent_view() -> tuple[str, list[int]]:
+        from confluent_kafka.admin import AdminClient
+
+        cluster = AdminClient({"bootstrap.servers": b}).list_topics(timeout=30)
+        return cluster.cluster_id, sorted(cluster.brokers)
+
+    assert await trio.to_thread.run_sync(confluent_view) == (info["cluster_id"], [1])
+
+
+def test_cluster_bad_action_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["cluster", "explode", "--bootstrap-server", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'explode'" in err and err.count("\n") == 1

@@ -69,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "consume", add_help=False,
         help="write records of a topic to stdout (kafka-console-consumer.sh, kcat -C)")
+    commands.add_parser(
+        "cluster", add_help=False,
+        help="describe the cluster: brokers, listeners, API versions (trio_broker cluster "
+             "describe)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -99,6 +103,7 @@ _TOOL_MODULES = {
     "configs": ".tools.configs",
     "produce": ".tools.console:produce_main",
     "consume": ".tools.console:consume_main",
+    "cluster": ".tools.cluster",
 }
 
 
