@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
+from .common import ToolError, client_settings
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -511,18 +512,11 @@ def run_alter(conn: AdminConnection, opts: QuotaOptions, out: TextIO) -> None:
 
 
 def _client_settings(opts: QuotaOptions) -> dict[str, str]:
-    if opts.command_config is None:
-        return {}
+    """``--command-config``: the tools' one reader (client.id, request.timeout.ms)."""
     try:
-        text = Path(opts.command_config).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"{opts.command_config}: {exc.strerror}") from None
-    settings = parse_properties(text)
-    protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise CommandError(f"security.protocol={protocol} is not supported by trio_broker "
-                           "quotas (PLAINTEXT only)")
-    return settings
+        return client_settings(opts.command_config, "quotas")
+    except ToolError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
