@@ -138,7 +138,7 @@ def confluent_group_session(bootstrap: str, topic: str, group: str, consume: int
             if message is None or message.error():
                 continue
             seen += 1
-            consumer.commit(message, asynchronous=False)
+            consumer.commit(message=message, asynchronous=False)
         return while_active()
     finally:
         consumer.close()
@@ -371,13 +371,13 @@ async def test_records_read_by_confluent_kafka(broker: Any) -> None:
                        "--property", "parse.headers=true",
                        stdin="".join(f"h:{i}\tk{i}\tv{i}\n" for i in range(40))))[0] == 0
 
-    def read() -> list[tuple[int, bytes, bytes, list[Any]]]:
+    def read() -> list[Any]:
         from confluent_kafka import Consumer
 
         consumer = Consumer({"bootstrap.servers": b, "group.id": "cx",
                              "auto.offset.reset": "earliest"})
         consumer.subscribe(["cx"])
-        got: list[tuple[int, bytes, bytes, list[Any]]] = []
+        got: list[Any] = []
         try:
             while len(got) < 40:
                 message = consumer.poll(5)
@@ -447,7 +447,7 @@ async def test_cluster_describe(broker: Any) -> None:
         "Produce", "Fetch", "Metadata", "ApiVersions", "DescribeCluster"}
 
     # the same cluster id and brokers as confluent-kafka's AdminClient reports
-    def confluent_view() -> tuple[str, list[int]]:
+    def confluent_view() -> tuple[Any, list[int]]:
         from confluent_kafka.admin import AdminClient
 
         cluster = AdminClient({"bootstrap.servers": b}).list_topics(timeout=30)
@@ -460,3 +460,43 @@ def test_cluster_bad_action_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["cluster", "explode", "--bootstrap-server", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'explode'" in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------- parsers of broker bytes (fuzzed)
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_member_assignment_parser_never_raises(data: bytes) -> None:
+    """DescribeGroups' member_assignment comes from the broker: any bytes are survivable."""
+    from trio_broker.tools.groups import parse_assignment
+
+    assert isinstance(parse_assignment(data), list)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=5), st.lists(st.integers(0, 2**31 - 1),
+                                                                 max_size=4), max_size=4))
+def test_member_assignment_round_trip(assigned: dict[str, list[int]]) -> None:
+    from trio_broker.testing.client import assignment
+    from trio_broker.tools.groups import parse_assignment
+
+    assert parse_assignment(assignment(assigned)) == [
+        (topic, p) for topic, parts in assigned.items() for p in parts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.none() | st.binary(max_size=20), value=st.none() | st.binary(max_size=20),
+       headers=st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)),
+                        max_size=3),
+       fmt=st.text(alphabet="%tpokvhTKS\\nx ", max_size=20))
+def test_formatter_takes_any_record(key: bytes | None, value: bytes | None,
+                                    headers: list[tuple[str, bytes | None]], fmt: str) -> None:
+    from trio_broker.protocol.records import Record
+    from trio_broker.tools.console import Formatter
+
+    record = Record(offset=7, timestamp=1, key=key, value=value, headers=tuple(headers))
+    assert isinstance(Formatter(fmt, {})("t", 0, record), bytes)
+    assert Formatter(None, {"print.key": "true"})("t", 0, record).endswith(b"\n")

@@ -424,9 +424,20 @@ def _consume(conn: AdminConnection, ns: argparse.Namespace, partitions: list[tup
              err: TextIO) -> int:
     positions = start_offsets(conn, ns, partitions, group_conn)
     request = Request(conn, FETCH)
+    progress = Progress(err, "consumed")
+    try:
+        consumed = _poll_loop(ns, request, positions, group_conn, formatter, stdout, progress)
+    except KeyboardInterrupt:  # Ctrl-C ends a console consumer normally, as Kafka's
+        consumed = progress.count
+    progress.done(None)
+    return consumed
+
+
+def _poll_loop(ns: argparse.Namespace, request: Request, positions: dict[tuple[str, int], int],
+               group_conn: AdminConnection | None, formatter: Formatter, stdout: BinaryIO,
+               progress: Progress) -> int:
     consumed = 0
     last_record = time.monotonic()
-    progress = Progress(err, "consumed")
     done = ns.max_messages == 0
     while not done:
         wait = 500 if ns.timeout_ms is None else max(0, min(500, ns.timeout_ms))
@@ -455,7 +466,6 @@ def _consume(conn: AdminConnection, ns: argparse.Namespace, partitions: list[tup
             break
         if ns.timeout_ms is not None and (now - last_record) * 1000 >= ns.timeout_ms:
             break
-    progress.done(None)
     return consumed
 
 
@@ -467,8 +477,10 @@ class Progress:
         self.verb = verb
         self.tty = bool(getattr(err, "isatty", lambda: False)())
         self.last_shown = 0.0
+        self.count = 0
 
     def show(self, count: int) -> None:
+        self.count = count
         now = time.monotonic()
         if self.tty and count and now - self.last_shown >= 0.2:
             self.last_shown = now
