@@ -500,3 +500,42 @@ def test_formatter_takes_any_record(key: bytes | None, value: bytes | None,
     record = Record(offset=7, timestamp=1, key=key, value=value, headers=tuple(headers))
     assert isinstance(Formatter(fmt, {})("t", 0, record), bytes)
     assert Formatter(None, {"print.key": "true"})("t", 0, record).endswith(b"\n")
+
+
+# ------------------------------------------------------------ --command-config security
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.security.conftest import make_certs
+
+    return make_certs(tmp_path_factory.mktemp("cli-certs"))
+
+
+async def test_command_config_sasl_ssl(start_broker: Any, tls_files: Any, tmp_path: Any) -> None:
+    """Over SASL_SSL (TLS checked against the CA, then SASL PLAIN), as a Java client's
+    properties file says; a wrong password is one line and status 1."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="admin" password="admin-secret" user_admin="admin-secret";')
+    running = await start_broker({
+        "listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.location": str(tls_files.keystore),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas})
+    bootstrap = f"127.0.0.1:{running.port_of('SASL_SSL')}"
+    good = tmp_path / "client.properties"
+    good.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                    f"ssl.truststore.type=PEM\nssl.truststore.location={tls_files.ca_pem}\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+                    'required username="admin" password="admin-secret";\n')
+    assert await tool(bootstrap, "topics", "--command-config", str(good), "--create",
+                      "--topic", "secure") == (0, "Created topic secure.\n", "")
+    assert await tool(bootstrap, "topics", "--command-config", str(good), "--list") == (
+        0, "secure\n", "")
+    bad = tmp_path / "bad.properties"
+    bad.write_text(good.read_text().replace("admin-secret", "wrong"))
+    code, out, err = await tool(bootstrap, "topics", "--command-config", str(bad), "--list")
+    assert (code, out, err.count("\n")) == (1, "", 1) and "SASL_AUTHENTICATION_FAILED" in err
+    untrusted = tmp_path / "untrusted.properties"
+    untrusted.write_text(good.read_text().replace(str(tls_files.ca_pem),
+                                                  str(tls_files.other_ca_pem)))
+    code, out, err = await tool(bootstrap, "topics", "--command-config", str(untrusted),
+                                "--list")
+    assert (code, out, err.count("\n")) == (1, "", 1) and "SSL handshake" in err

@@ -44,7 +44,7 @@ from ..server.acl import (
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings
+from .common import ToolError, client_settings, security_of
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--bootstrap-server", metavar="HOST:PORT",
         help="A list of host/port pairs to use for establishing the connection.")
     add("--command-config", metavar="FILE",
-        help="Property file with client settings (PLAINTEXT only here).")
+        help="Property file with client settings (client.id, request.timeout.ms, "
+             "security.protocol, ssl.*, sasl.*).")
     add("--add", action="store_true", help="Indicates you are trying to add ACLs.")
     add("--remove", action="store_true", help="Indicates you are trying to remove ACLs.")
     add("--list", action="store_true",
@@ -409,8 +410,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         settings = _client_settings(ns.command_config)
         timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
         with AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-acls")
-                                     ) as conn:
+                                     client_id=settings.get("client.id", "trio-broker-acls"),
+                                     security=security_of(settings)) as conn:
             if ns.add:
                 run_add(conn, ns, pattern, out)
             elif ns.remove:

@@ -13,6 +13,8 @@ import dataclasses
 import datetime
 import importlib
 import json
+import re
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +25,14 @@ from kio.schema.errors import ErrorCode
 from .. import __version__
 from ..config import parse_properties
 from ..protocol.codec import request_schema
-from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, api_display_name
+from .admin_client import (
+    SASL_MECHANISMS,
+    AdminClientError,
+    AdminConnection,
+    ClientSecurity,
+    UnsupportedVersion,
+    api_display_name,
+)
 
 #: The newest version of each API these tools build requests for (kio generates them all; the
 #: tools pick ``min(this, broker max)`` so older brokers work as long as the fields exist).
@@ -68,15 +77,15 @@ def add_connection_options(parser: argparse.ArgumentParser, *, output: bool = Tr
     group.add_argument("--bootstrap-server", metavar="HOST:PORT", required=True,
                        help="the broker(s) to connect to: host:port[,host:port]")
     group.add_argument("--command-config", metavar="FILE",
-                       help="client properties file (client.id, request.timeout.ms; "
-                            "security.protocol must be PLAINTEXT)")
+                       help="client properties file: client.id, request.timeout.ms, "
+                            "security.protocol, ssl.*, sasl.* (PLAIN, SCRAM)")
     if output:
         group.add_argument("--output", choices=("text", "json"), default="text",
                            help="text (the Kafka tool's format, default) or json for scripts")
 
 
 def client_settings(path: str | None, tool: str) -> dict[str, str]:
-    """``--command-config``: client.id and request.timeout.ms are used; PLAINTEXT only."""
+    """``--command-config``: the client properties file (checked by :func:`security_of`)."""
     if path is None:
         return {}
     try:
@@ -84,11 +93,50 @@ def client_settings(path: str | None, tool: str) -> dict[str, str]:
     except OSError as exc:
         raise ToolError(f"{path}: {exc.strerror}") from None
     settings = parse_properties(text)
-    protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise ToolError(f"security.protocol={protocol} is not supported by trio_broker {tool} "
-                        "(PLAINTEXT only)")
+    security_of(settings)
     return settings
+
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def security_of(settings: dict[str, str]) -> ClientSecurity:
+    """``security.protocol``, ``ssl.*`` and ``sasl.*`` client properties as a
+    :class:`ClientSecurity`. Credentials come from ``sasl.jaas.config`` (Java clients'
+    ``username="..." password="..."``) or librdkafka's ``sasl.username``/``sasl.password``;
+    CA and client certificates are PEM files (``ssl.ca.location`` or a PEM
+    ``ssl.truststore.location``; ``ssl.certificate.location`` + ``ssl.key.location`` or a PEM
+    ``ssl.keystore.location``)."""
+    protocol = settings.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise ToolError(f"Invalid value {protocol} for configuration security.protocol")
+    context = None
+    if protocol.endswith("SSL"):
+        ca = settings.get("ssl.ca.location") or settings.get("ssl.truststore.location")
+        try:
+            context = ssl.create_default_context(cafile=ca or None)
+            if settings.get("ssl.endpoint.identification.algorithm", "https") == "":
+                context.check_hostname = False
+            cert = settings.get("ssl.certificate.location") or settings.get(
+                "ssl.keystore.location")
+            if cert:
+                context.load_cert_chain(cert, settings.get("ssl.key.location") or None,
+                                        settings.get("ssl.key.password") or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ToolError(f"Cannot load the TLS files of --command-config: {exc}") from None
+    mechanism = username = password = None
+    if protocol.startswith("SASL_"):
+        mechanism = settings.get("sasl.mechanism", "GSSAPI").strip().upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise ToolError(f"sasl.mechanism={mechanism} is not supported (use one of "
+                            f"{', '.join(SASL_MECHANISMS)})")
+        jaas = dict(_JAAS_OPTION.findall(settings.get("sasl.jaas.config", "")))
+        username = settings.get("sasl.username", jaas.get("username"))
+        password = settings.get("sasl.password", jaas.get("password"))
+        if username is None or password is None:
+            raise ToolError(f"{protocol} with {mechanism} needs a username and password "
+                            "(sasl.jaas.config, or sasl.username and sasl.password)")
+    return ClientSecurity(protocol, context, mechanism, username, password)
 
 
 def connect(ns: argparse.Namespace, tool: str) -> AdminConnection:
@@ -96,7 +144,8 @@ def connect(ns: argparse.Namespace, tool: str) -> AdminConnection:
     settings = client_settings(ns.command_config, tool)
     timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
     return AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
-                                   client_id=settings.get("client.id", f"trio-broker-{tool}"))
+                                   client_id=settings.get("client.id", f"trio-broker-{tool}"),
+                                   security=security_of(settings))
 
 
 def version_of(conn: AdminConnection, api_key: int) -> int:

@@ -38,7 +38,7 @@ from kio.schema.errors import ErrorCode
 from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings
+from .common import ToolError, client_settings, security_of
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -543,8 +543,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         assert opts.bootstrap_server is not None
         timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
         with AdminConnection.connect(opts.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-quotas")
-                                     ) as conn:
+                                     client_id=settings.get("client.id", "trio-broker-quotas"),
+                                     security=security_of(settings)) as conn:
             if opts.alter:
                 run_alter(conn, opts, out)
             else:
