@@ -539,3 +539,43 @@ async def test_command_config_sasl_ssl(start_broker: Any, tls_files: Any, tmp_pa
     code, out, err = await tool(bootstrap, "topics", "--command-config", str(untrusted),
                                 "--list")
     assert (code, out, err.count("\n")) == (1, "", 1) and "SSL handshake" in err
+
+
+async def test_users_scram_then_login_with_them(start_broker: Any, tmp_path: Any) -> None:
+    """`users` creates SCRAM credentials over the wire (salted here); the tools and
+    confluent-kafka then log in with them."""
+    running = await start_broker({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512"})
+    plain = f"127.0.0.1:{running.port_of('PLAINTEXT')}"
+    sasl = f"127.0.0.1:{running.port_of('SASL_PLAINTEXT')}"
+    assert await tool(plain, "users", "--alter", "--entity-name", "alice", "--add-config",
+                      "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
+                      "SCRAM-SHA-512=[password=alice-512]") == (
+        0, "Completed updating config for user alice.\n", "")
+    assert await tool(plain, "users", "--describe", "--entity-name", "alice") == (0, (
+        "SCRAM credential configs for user-principal 'alice' are "
+        "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096\n"), "")
+    code, _, err = await tool(plain, "users", "--alter", "--entity-name", "alice",
+                              "--add-config", "SCRAM-SHA-256=[iterations=8192]")
+    assert code == 1 and "You must supply 'password=...'" in err
+
+    config = tmp_path / "alice.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                      "sasl.username=alice\nsasl.password=alice-512\n")
+    assert await tool(sasl, "topics", "--command-config", str(config), "--create", "--topic",
+                      "a") == (0, "Created topic a.\n", "")
+
+    def confluent_login() -> list[str]:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": sasl, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+                             "sasl.password": "alice-secret"})
+        return sorted(admin.list_topics(timeout=30).topics)
+
+    assert await trio.to_thread.run_sync(confluent_login) == ["a"]
+    assert await tool(plain, "users", "--alter", "--entity-name", "alice", "--delete-config",
+                      "SCRAM-SHA-512") == (0, "Completed updating config for user alice.\n", "")
+    code, _, err = await tool(sasl, "topics", "--command-config", str(config), "--list")
+    assert code == 1 and "SASL_AUTHENTICATION_FAILED" in err and err.count("\n") == 1

@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
         "cluster", add_help=False,
         help="describe the cluster: brokers, listeners, API versions (trio_broker cluster "
              "describe)")
+    commands.add_parser(
+        "users", add_help=False,
+        help="add, delete, describe SCRAM credentials and quotas of users over the wire "
+             "(kafka-configs.sh --entity-type users)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -104,6 +108,7 @@ _TOOL_MODULES = {
     "produce": ".tools.console:produce_main",
     "consume": ".tools.console:consume_main",
     "cluster": ".tools.cluster",
+    "users": ".tools.configs:users_main",
 }
 
 

@@ -213,3 +213,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         return quotas.main(args, out=out, err=err)
     output = out if out is not None else sys.stdout
     return run(build_parser(), args, lambda ns: execute(ns, output), err)
+
+
+def users_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+               err: TextIO | None = None) -> int:
+    """``trio_broker users``: ``configs --entity-type users`` (SCRAM credentials and user
+    quotas, kafka-configs.sh's flags and output)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in ("--entity-type", "--user", "--user-defaults") or
+               a.startswith("--entity-type=") for a in args):
+        args = ["--entity-type", "users", *args]
+    return quotas.main(args, out=out, err=err)
