@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import re
 import subprocess
 import sys
@@ -59,7 +60,6 @@ async def test_topics_create_list_describe_alter_delete(broker: Any) -> None:
     assert await tool(b, "topics", "--alter", "--topic", "orders", "--partitions", "4") == (
         0, "", "")
     code, out, _ = await tool(b, "topics", "--describe", "--topic", "orders", "--output", "json")
-    import json
     (described,) = json.loads(out)
     assert described["partition_count"] == 4 and described["configs"] == {
         "cleanup.policy": "compact", "retention.ms": "1000"}
@@ -144,6 +144,7 @@ def confluent_group_session(bootstrap: str, topic: str, group: str, consume: int
         consumer.close()
 
 
+@pytest.mark.interop
 async def test_groups_list_describe_reset_delete(broker: Any) -> None:
     b = broker.bootstrap
     assert (await tool(b, "topics", "--create", "--topic", "t2", "--partitions", "2"))[0] == 0
@@ -184,7 +185,6 @@ async def test_groups_list_describe_reset_delete(broker: Any) -> None:
         "app                            t2                             1          0              "]
     code, out, _ = await tool(b, "groups", "--reset-offsets", "--group", "app", "--topic",
                               "t2:0", "--shift-by", "-1", "--execute", "--output", "json")
-    import json
     shifted = json.loads(out)["offsets"]
     assert code == 0 and len(shifted) == 1 and shifted[0]["partition"] == 0
     code, out, _ = await tool(b, "groups", "--reset-offsets", "--group", "app", "--topic", "t2",
@@ -241,18 +241,7 @@ async def test_configs_topics_and_brokers(broker: Any) -> None:
     assert code == 0 and [line.split(" sensitive=")[0] for line in out.splitlines()] == [
         "Dynamic configs for topic c1 are:", "  cleanup.policy=compact,delete",
         "  segment.ms=100000"]
-    # the same, as confluent-kafka's AdminClient reports it
-    def confluent_view() -> dict[str, str]:
-        from confluent_kafka.admin import AdminClient, ConfigResource
-
-        admin = AdminClient({"bootstrap.servers": b})
-        (future,) = admin.describe_configs([ConfigResource("topic", "c1")]).values()
-        return {k: v.value for k, v in future.result(30).items() if not v.is_default}
-
-    assert await trio.to_thread.run_sync(confluent_view) == {
-        "cleanup.policy": "compact,delete", "segment.ms": "100000"}
     code, out, _ = await tool(b, "configs", "--describe", *entity, "--all", "--output", "json")
-    import json
     (described,) = json.loads(out)
     assert {c["name"] for c in described["configs"]} >= {"cleanup.policy", "retention.ms",
                                                          "compression.type"}
@@ -264,6 +253,33 @@ async def test_configs_topics_and_brokers(broker: Any) -> None:
     code, out, err = await tool(b, "configs", "--alter", "--entity-type", "brokers",
                                 "--entity-default", "--add-config", "log.retention.ms=1")
     assert (code, out, err.count("\n")) == (1, "", 1) and "INVALID_REQUEST" in err
+
+
+@pytest.mark.interop
+async def test_configs_as_confluent_admin_reports_them(broker: Any) -> None:
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "c2"))[0] == 0
+    assert (await tool(b, "configs", "--alter", "--entity-type", "topics", "--entity-name",
+                       "c2", "--add-config", "cleanup.policy=[compact,delete],segment.ms=100000"
+                       ))[0] == 0
+
+    def confluent_view() -> dict[str, str]:
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        admin = AdminClient({"bootstrap.servers": b})
+        (future,) = admin.describe_configs([ConfigResource("topic", "c2")]).values()
+        return {k: v.value for k, v in future.result(30).items() if not v.is_default}
+
+    code, out, _ = await tool(b, "configs", "--describe", "--entity-type", "topics",
+                              "--entity-name", "c2")
+    ours = dict(line.split(" sensitive=")[0].strip().split("=", 1)
+                for line in out.splitlines()[1:])
+    assert code == 0 and await trio.to_thread.run_sync(confluent_view) == ours == {
+        "cleanup.policy": "compact,delete", "segment.ms": "100000"}
+    # and kafka-topics.sh's Configs line says the same
+    code, out, _ = await tool(b, "topics", "--describe", "--topic", "c2")
+    assert out.splitlines()[0].endswith("Configs: cleanup.policy=compact,delete,"
+                                        "segment.ms=100000")
 
 
 async def test_configs_quotas_are_the_quotas_command(broker: Any) -> None:
@@ -360,9 +376,10 @@ async def test_produce_consume_formats_and_groups(broker: Any) -> None:
     assert (code, out) == (0, "two\nthree\n")
     code, out, _ = await tool(b, "groups", "--describe", "--group", "g1", "--output", "json")
     assert [(r["current_offset"], r["lag"]) for r in
-            __import__("json").loads(out)["g1"]["partitions"]] == [(3, 0)]
+            json.loads(out)["g1"]["partitions"]] == [(3, 0)]
 
 
+@pytest.mark.interop
 async def test_records_read_by_confluent_kafka(broker: Any) -> None:
     """What `produce` writes, confluent-kafka reads: keys, values, headers, partitions."""
     b = broker.bootstrap
@@ -441,12 +458,17 @@ async def test_cluster_describe(broker: Any) -> None:
                for line in lines)
     assert lines[-1] == ")"
     code, out, _ = await tool(b, "cluster", "describe", "--output", "json")
-    import json
     info = json.loads(out)
     assert info["node"]["id"] == 1 and {a["name"] for a in info["apis"]} >= {
         "Produce", "Fetch", "Metadata", "ApiVersions", "DescribeCluster"}
 
-    # the same cluster id and brokers as confluent-kafka's AdminClient reports
+
+@pytest.mark.interop
+async def test_cluster_as_confluent_admin_reports_it(broker: Any) -> None:
+    b = broker.bootstrap
+    code, out, _ = await tool(b, "cluster", "describe", "--output", "json")
+    info = json.loads(out)
+
     def confluent_view() -> tuple[Any, list[int]]:
         from confluent_kafka.admin import AdminClient
 
@@ -541,6 +563,7 @@ async def test_command_config_sasl_ssl(start_broker: Any, tls_files: Any, tmp_pa
     assert (code, out, err.count("\n")) == (1, "", 1) and "SSL handshake" in err
 
 
+@pytest.mark.interop
 async def test_users_scram_then_login_with_them(start_broker: Any, tmp_path: Any) -> None:
     """`users` creates SCRAM credentials over the wire (salted here); the tools and
     confluent-kafka then log in with them."""
