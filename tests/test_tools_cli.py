@@ -365,6 +365,10 @@ async def test_produce_consume_formats_and_groups(broker: Any) -> None:
     code, out, _ = await tool(b, "consume", "--topic", "fmt", "--partition", "0", "--offset",
                               "1", "-e", "-f", "%t/%p/%o %K %S %k=%v|%h|\\n")
     assert (code, out) == (0, "fmt/0/1 1 3 b=two||\nfmt/0/2 1 5 c=three||\n")
+    # kcat's short flags: -b -t -K -o -e -f
+    assert (await tool(b, "produce", "-t", "fmt", "-K", ":", stdin="d:four\n"))[0] == 0
+    code, out, _ = await tool(b, "consume", "-t", "fmt", "-o", "-1", "-e", "-f", "%k:%v\n")
+    assert (code, out) == (0, "d:four\n")
     # --timeout-ms ends a consumer that waits for new records
     code, out, _ = await tool(b, "consume", "--topic", "fmt", "--timeout-ms", "300")
     assert (code, out) == (0, "")
@@ -373,10 +377,10 @@ async def test_produce_consume_formats_and_groups(broker: Any) -> None:
                               "--from-beginning", "--max-messages", "1")
     assert (code, out) == (0, "one\n")
     code, out, _ = await tool(b, "consume", "--topic", "fmt", "--group", "g1", "-e")
-    assert (code, out) == (0, "two\nthree\n")
+    assert (code, out) == (0, "two\nthree\nfour\n")
     code, out, _ = await tool(b, "groups", "--describe", "--group", "g1", "--output", "json")
     assert [(r["current_offset"], r["lag"]) for r in
-            json.loads(out)["g1"]["partitions"]] == [(3, 0)]
+            json.loads(out)["g1"]["partitions"]] == [(4, 0)]
 
 
 @pytest.mark.interop

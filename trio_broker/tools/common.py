@@ -74,7 +74,7 @@ def ms(value: float) -> datetime.timedelta:
 def add_connection_options(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
     """``--bootstrap-server``, ``--command-config`` and (for listing tools) ``--output``."""
     group = parser.add_argument_group("connection")
-    group.add_argument("--bootstrap-server", metavar="HOST:PORT", required=True,
+    group.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT", required=True,
                        help="the broker(s) to connect to: host:port[,host:port]")
     group.add_argument("--command-config", metavar="FILE",
                        help="client properties file: client.id, request.timeout.ms, "

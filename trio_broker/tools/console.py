@@ -221,13 +221,19 @@ def produce_parser() -> argparse.ArgumentParser:
         help="line reader properties: parse.key, key.separator (TAB), parse.headers, "
              "headers.delimiter (TAB), headers.separator (,), headers.key.separator (:), "
              "null.marker")
+    add("-K", dest="kcat_key_separator", metavar="SEP",
+        help="kcat's key delimiter: the same as --property parse.key=true --property "
+             "key.separator=SEP")
     add("--acks", "--request-required-acks", type=int, default=-1, choices=(-1, 1),
         help="acks: -1 (all, default) or 1")
     return parser
 
 
 def produce_execute(ns: argparse.Namespace, stdin: BinaryIO, err: TextIO) -> None:
-    reader = LineReader(_properties(ns.property))
+    props = _properties(ns.property)
+    if ns.kcat_key_separator is not None:
+        props.update({"parse.key": "true", "key.separator": ns.kcat_key_separator})
+    reader = LineReader(props)
     with connect(ns, "produce") as conn:
         producer = Producer(conn, ns.topic, ns.acks, ns.partition)
         progress = Progress(err, "produced")
