@@ -150,10 +150,21 @@ async def test_groups_list_describe_reset_delete(broker: Any) -> None:
     assert (await tool(b, "topics", "--create", "--topic", "t2", "--partitions", "2"))[0] == 0
 
     def describe_now() -> Any:
-        return trio.from_thread.run(tool, b, "groups", "--describe", "--group", "app")
+        return [trio.from_thread.run(tool, b, "groups", "--describe", "--group", "app", *view)
+                for view in ((), ("--members",), ("--state",))]
 
-    active = await trio.to_thread.run_sync(confluent_group_session, b, "t2", "app", 7,
-                                           describe_now)
+    active, members, state = await trio.to_thread.run_sync(
+        confluent_group_session, b, "t2", "app", 7, describe_now)
+    code, out, err = members
+    assert (code, err, out.splitlines()[1].split()) == (
+        0, "", ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"])
+    (member,) = [line.split() for line in out.splitlines()[2:]]
+    assert member[0] == "app" and member[2:] == ["/127.0.0.1", "cli-test", "2"]
+    code, out, err = state
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1:] == [
+        "GROUP           COORDINATOR (ID)          ASSIGNMENT-STRATEGY  STATE           #MEMBERS",
+        f"app             {b + ' (1)':<25} range                Stable          1"]
     code, out, err = active
     lines = out.splitlines()
     assert (code, err, lines[0]) == (0, "", "")
@@ -214,6 +225,8 @@ async def test_groups_list_describe_reset_delete(broker: Any) -> None:
     (("--reset-offsets", "--group", "g", "--all-topics", "--to-earliest", "--to-latest"),
      "not allowed with argument"),
     (("--list", "--execute"), "go with --reset-offsets"),
+    (("--list", "--members"), "go with --describe"),
+    (("--describe", "--group", "g", "--members", "--state"), "not allowed with argument"),
 ])
 def test_groups_bad_flags_exit_2(args: tuple[str, ...], reason: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:

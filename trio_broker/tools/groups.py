@@ -61,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--group", action="append", default=[], metavar="GROUP",
         help="the consumer group (repeatable for --describe and --delete)")
     add("--all-groups", action="store_true", help="every group (--describe, --delete)")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true",
+                      help="--describe: the members (consumer id, host, client id, "
+                           "#partitions)")
+    view.add_argument("--state", action="store_true",
+                      help="--describe: coordinator, assignment strategy, state, #members")
+    view.add_argument("--offsets", action="store_true",
+                      help="--describe: offsets and lag per partition (the default)")
     add("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
         help="--reset-offsets: a topic, optionally with partitions (repeatable)")
     add("--all-topics", action="store_true",
@@ -83,18 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------ wire helpers
-def coordinator(conn: AdminConnection, group: str, tool: str = "groups") -> AdminConnection:
-    """A connection to ``group``'s coordinator (``conn`` itself when that is the same node)."""
+def find_coordinator(conn: AdminConnection, group: str) -> tuple[int, str, int]:
+    """FindCoordinator: the group coordinator's ``(node id, host, port)``."""
     request = Request(conn, FIND_COORDINATOR)
     response = request.send(key=group, key_type=0, coordinator_keys=(group,))
     found = response.coordinators[0] if hasattr(response, "coordinators") else response
     check(found.error_code, found.error_message, f"FindCoordinator {group}")
+    return int(found.node_id), str(found.host), int(found.port)
+
+
+def coordinator(conn: AdminConnection, group: str, tool: str = "groups") -> AdminConnection:
+    """A connection to ``group``'s coordinator (``conn`` itself when that is the same node)."""
+    _node, host, port = find_coordinator(conn, group)
     peer = conn._sock.getpeername()
-    if (found.host, int(found.port)) == (peer[0], peer[1]) or found.host in ("localhost",) \
-            and int(found.port) == peer[1]:
+    if port == peer[1] and host in (peer[0], "localhost"):
         return conn
-    return AdminConnection.connect(f"{found.host}:{int(found.port)}",
-                                   client_id=conn.client_id)
+    return AdminConnection.connect(f"{host}:{port}", client_id=conn.client_id,
+                                   security=conn.security)
 
 
 def list_groups(conn: AdminConnection) -> list[dict[str, str]]:
@@ -247,6 +260,42 @@ def describe_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def members_rows(described: Any) -> list[dict[str, Any]]:
+    return [{"group": str(described.group_id), "consumer_id": m.member_id,
+             "group_instance_id": m.group_instance_id, "host": m.client_host,
+             "client_id": m.client_id,
+             "partitions": len(parse_assignment(bytes(m.member_assignment or b"")))}
+            for m in described.members]
+
+
+def members_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ConsumerGroupCommand.printMembers (GROUP-INSTANCE-ID only when a member has one)."""
+    static = any(r["group_instance_id"] for r in rows)
+    columns = ["group", "consumer_id", *(["group_instance_id"] if static else []), "host",
+               "client_id"]
+    titles = {"group": "GROUP", "consumer_id": "CONSUMER-ID",
+              "group_instance_id": "GROUP-INSTANCE-ID", "host": "HOST",
+              "client_id": "CLIENT-ID"}
+    widths = {c: max([15, *(len(_cell(r[c])) for r in rows)]) for c in columns}
+
+    def line(values: dict[str, Any], last: Any) -> str:
+        return " ".join(f"{_cell(values[c]):<{widths[c]}}" for c in columns) + \
+            f" {_cell(last):<15}"
+
+    return ["", line(titles, "#PARTITIONS"), *(line(r, r["partitions"]) for r in rows)]
+
+
+def state_table(group: str, node: tuple[int, str, int], described: Any) -> list[str]:
+    """ConsumerGroupCommand.printState."""
+    coordinator_text = f"{node[1]}:{node[2]} ({node[0]})"
+    group_w, coord_w = max(15, len(group)), max(25, len(coordinator_text))
+    fmt = f"{{:<{group_w}}} {{:<{coord_w}}} {{:<20}} {{:<15}} {{}}"
+    return ["", fmt.format("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                           "#MEMBERS"),
+            fmt.format(group, coordinator_text, described.protocol_data or "",
+                       described.group_state, len(described.members))]
+
+
 # ------------------------------------------------------------------------------- reset
 def parse_datetime(text: str) -> int:
     """``--to-datetime``: ``YYYY-MM-DDTHH:mm:SS[.sss][zone]``, UTC without a zone, in ms."""
@@ -324,7 +373,9 @@ def check_options(ns: argparse.Namespace) -> None:
                              "--to-current, --to-offset, --to-datetime, --shift-by")
         if ns.to_datetime is not None:
             parse_datetime(ns.to_datetime)
-    elif ns.topic or ns.all_topics or ns.execute or ns.dry_run:
+    if (ns.members or ns.state or ns.offsets) and not ns.describe:
+        raise UsageError("--members, --state and --offsets go with --describe")
+    if not ns.reset_offsets and (ns.topic or ns.all_topics or ns.execute or ns.dry_run):
         raise UsageError("--topic, --all-topics, --dry-run and --execute go with "
                          "--reset-offsets")
 
@@ -340,6 +391,33 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 emit_json(listed, out)
             for g in [] if json_out else listed:
                 print(g["group"], file=out)
+            return
+        if ns.describe and (ns.members or ns.state):
+            views: dict[str, Any] = {}
+            for group in groups:
+                node = find_coordinator(conn, group)
+                with _coordinated(conn, group) as coord:
+                    info = describe_group(coord, group)
+                if ns.members:
+                    views[group] = members_rows(info)
+                    lines = members_table(views[group])
+                else:
+                    views[group] = {"coordinator": {"id": node[0], "host": node[1],
+                                                    "port": node[2]},
+                                    "assignment_strategy": info.protocol_data or "",
+                                    "state": str(info.group_state),
+                                    "members": len(info.members)}
+                    lines = state_table(group, node, info)
+                if json_out:
+                    continue
+                if str(info.group_state) == "Dead":
+                    print(f"Consumer group '{group}' does not exist.", file=err)
+                    continue
+                if ns.members and not info.members:
+                    print(f"\nConsumer group '{group}' has no active members.", file=err)
+                print("\n".join(lines), file=out)
+            if json_out:
+                emit_json(views, out)
             return
         if ns.describe:
             described = {}
