@@ -619,3 +619,12 @@ async def test_users_scram_then_login_with_them(start_broker: Any, tmp_path: Any
                       "SCRAM-SHA-512") == (0, "Completed updating config for user alice.\n", "")
     code, _, err = await tool(sasl, "topics", "--command-config", str(config), "--list")
     assert code == 1 and "SASL_AUTHENTICATION_FAILED" in err and err.count("\n") == 1
+
+
+async def test_groups_unknown_group(broker: Any) -> None:
+    """As kafka-consumer-groups.sh: an error line on stderr, nothing on stdout, status 0."""
+    for view in ((), ("--members",), ("--state",)):
+        assert await tool(broker.bootstrap, "groups", "--describe", "--group", "nope",
+                          *view) == (0, "", "Error: Consumer group 'nope' does not exist.\n")
+    assert await tool(broker.bootstrap, "groups", "--list", "--output", "json") == (
+        0, "[]\n", "")

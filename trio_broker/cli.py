@@ -1,5 +1,7 @@
 """The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
-manage ``acls`` and ``scram`` users, print the ``config`` docs."""
+manage ``acls`` and ``scram`` users, print the ``config`` docs, and the operator tools that talk
+to any Kafka-protocol broker (``topics``, ``groups``, ``configs``, ``users``, ``produce``,
+``consume``, ``cluster``; docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -411,7 +411,7 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 if json_out:
                     continue
                 if str(info.group_state) == "Dead":
-                    print(f"Consumer group '{group}' does not exist.", file=err)
+                    print(f"Error: Consumer group '{group}' does not exist.", file=err)
                     continue
                 if ns.members and not info.members:
                     print(f"\nConsumer group '{group}' has no active members.", file=err)
@@ -428,7 +428,7 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 if json_out:
                     continue
                 if state == "Dead":
-                    print(f"Consumer group '{group}' does not exist.", file=err)
+                    print(f"Error: Consumer group '{group}' does not exist.", file=err)
                     continue
                 if state in ("Empty", "PreparingRebalance", "CompletingRebalance"):
                     print(f"\nConsumer group '{group}' has no active members.", file=err)
