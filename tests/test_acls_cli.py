@@ -75,8 +75,8 @@ def test_command_config_security_protocol(tmp_path: object) -> None:
     from pathlib import Path
 
     config = Path(str(tmp_path)) / "client.properties"
-    config.write_text("security.protocol=SASL_SSL\n")
+    config.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
     status, _, err = run("--bootstrap-server", "127.0.0.1:1", "--list", "--command-config",
                          str(config))
     assert status == 1
-    assert "security.protocol=SASL_SSL is not supported" in err
+    assert "sasl.mechanism=GSSAPI is not supported" in err

@@ -1,5 +1,7 @@
 """The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
-manage ``acls`` and ``scram`` users, print the ``config`` docs."""
+manage ``acls`` and ``scram`` users, print the ``config`` docs, and the operator tools that talk
+to any Kafka-protocol broker (``topics``, ``groups``, ``configs``, ``users``, ``produce``,
+``consume``, ``cluster``; docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,31 @@ def _parser() -> argparse.ArgumentParser:
         "scram", add_help=False,
         help="add, delete or describe SCRAM users in a data directory, offline, with "
              "kafka-configs.sh's options (trio_broker scram --help)")
+    commands.add_parser(
+        "topics", add_help=False,
+        help="create, list, describe, alter or delete topics, with kafka-topics.sh's options")
+    commands.add_parser(
+        "groups", add_help=False,
+        help="list, describe, delete consumer groups and reset their offsets, with "
+             "kafka-consumer-groups.sh's options")
+    commands.add_parser(
+        "configs", add_help=False,
+        help="describe or alter topic, broker and client quota configs, with "
+             "kafka-configs.sh's options")
+    commands.add_parser(
+        "produce", add_help=False,
+        help="produce lines of stdin to a topic (kafka-console-producer.sh, kcat -P)")
+    commands.add_parser(
+        "consume", add_help=False,
+        help="write records of a topic to stdout (kafka-console-consumer.sh, kcat -C)")
+    commands.add_parser(
+        "cluster", add_help=False,
+        help="describe the cluster: brokers, listeners, API versions (trio_broker cluster "
+             "describe)")
+    commands.add_parser(
+        "users", add_help=False,
+        help="add, delete, describe SCRAM credentials and quotas of users over the wire "
+             "(kafka-configs.sh --entity-type users)")
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -77,6 +104,13 @@ _TOOL_MODULES = {
     "quotas": ".tools.quotas",
     "acls": ".tools.acls",
     "scram": ".tools.scram",
+    "topics": ".tools.topics",
+    "groups": ".tools.groups",
+    "configs": ".tools.configs",
+    "produce": ".tools.console:produce_main",
+    "consume": ".tools.console:consume_main",
+    "cluster": ".tools.cluster",
+    "users": ".tools.configs:users_main",
 }
 
 
@@ -85,8 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in _TOOL_MODULES:
         # Imported on demand: `run` must not pay for pyspark or the admin tools.
-        tool = importlib.import_module(_TOOL_MODULES[args_list[0]], __package__)
-        return int(tool.main(args_list[1:]))
+        module, _, function = _TOOL_MODULES[args_list[0]].partition(":")
+        tool = importlib.import_module(module, __package__)
+        return int(getattr(tool, function or "main")(args_list[1:]))
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command == "config-docs":

@@ -27,13 +27,11 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from kio.schema.errors import ErrorCode
 
 from .. import __version__
-from ..config import parse_properties
 from ..server.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -46,6 +44,7 @@ from ..server.acl import (
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
+from .common import ToolError, client_settings, security_of
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -78,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--bootstrap-server", metavar="HOST:PORT",
         help="A list of host/port pairs to use for establishing the connection.")
     add("--command-config", metavar="FILE",
-        help="Property file with client settings (PLAINTEXT only here).")
+        help="Property file with client settings (client.id, request.timeout.ms, "
+             "security.protocol, ssl.*, sasl.*).")
     add("--add", action="store_true", help="Indicates you are trying to add ACLs.")
     add("--remove", action="store_true", help="Indicates you are trying to remove ACLs.")
     add("--list", action="store_true",
@@ -371,19 +371,11 @@ def check_options(ns: argparse.Namespace) -> None:
 
 
 def _client_settings(path: str | None) -> dict[str, str]:
-    """``--command-config``: client.id and request.timeout.ms are used; PLAINTEXT only."""
-    if path is None:
-        return {}
+    """``--command-config``: the tools' one reader (client.id, request.timeout.ms)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"{path}: {exc.strerror}") from None
-    settings = parse_properties(text)
-    protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise CommandError(f"security.protocol={protocol} is not supported by trio_broker "
-                           "acls (PLAINTEXT only)")
-    return settings
+        return client_settings(path, "acls")
+    except ToolError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
@@ -418,8 +410,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         settings = _client_settings(ns.command_config)
         timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
         with AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-acls")
-                                     ) as conn:
+                                     client_id=settings.get("client.id", "trio-broker-acls"),
+                                     security=security_of(settings)) as conn:
             if ns.add:
                 run_add(conn, ns, pattern, out)
             elif ns.remove:

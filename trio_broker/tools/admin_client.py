@@ -8,15 +8,19 @@ Requests are kio message bodies encoded with the project's codec.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import sys
 from types import ModuleType
 from typing import Any
 
+import attrs
 from kio.index import UnknownEntity, load_request_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from .. import __version__
 from ..protocol.codec import API_VERSIONS_KEY, decode_response, encode_request
@@ -25,6 +29,9 @@ from ..protocol.framing import FrameDecoder
 #: What this client sends as its KIP-511 software name (letters, digits, '-' and '.').
 CLIENT_SOFTWARE_NAME = "trio-broker-tools"
 _API_VERSIONS_VERSION = 3
+_SASL_HANDSHAKE, _SASL_AUTHENTICATE = 17, 36
+#: The SASL mechanisms this client can log in with.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 
 
@@ -81,6 +88,25 @@ def request_module(api_key: int, api_version: int) -> ModuleType:
     return sys.modules[load_request_schema(api_key, api_version).__module__]
 
 
+@attrs.frozen(eq=False)
+class ClientSecurity:
+    """How to secure the connection: Kafka's ``security.protocol``, a TLS context for SSL and
+    SASL_SSL, and the SASL mechanism and credentials for SASL_*."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+
+PLAINTEXT = ClientSecurity()
+
+
 class AdminConnection:
     """One connection to one broker. Use as a context manager; :meth:`connect` opens it."""
 
@@ -91,11 +117,14 @@ class AdminConnection:
         self._frames = FrameDecoder(_MAX_RESPONSE_BYTES)
         self._correlation = 0
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        self.security = PLAINTEXT
 
     @classmethod
     def connect(cls, bootstrap: str, *, timeout: float = 30.0,
-                client_id: str = "trio-broker-tools") -> AdminConnection:
-        """Connect to the first reachable broker of ``bootstrap`` and learn its API versions."""
+                client_id: str = "trio-broker-tools",
+                security: ClientSecurity = PLAINTEXT) -> AdminConnection:
+        """Connect to the first reachable broker of ``bootstrap``, learn its API versions and
+        authenticate as ``security`` says (TLS first, then ApiVersions, then SASL)."""
         errors = []
         for host, port in parse_bootstrap(bootstrap):
             try:
@@ -103,9 +132,19 @@ class AdminConnection:
             except OSError as exc:
                 errors.append(f"{host}:{port} ({exc.strerror or exc})")
                 continue
+            if security.ssl_context is not None:
+                try:
+                    sock = security.ssl_context.wrap_socket(sock, server_hostname=host)
+                except (OSError, ssl.SSLError) as exc:
+                    sock.close()
+                    raise AdminClientError(f"SSL handshake with {host}:{port} failed: "
+                                           f"{getattr(exc, 'reason', None) or exc}") from None
             connection = cls(sock, timeout, client_id)
+            connection.security = security
             try:
                 connection._handshake()
+                if security.uses_sasl:
+                    connection._authenticate(security)
             except BaseException:
                 connection.close()
                 raise
@@ -130,6 +169,38 @@ class AdminConnection:
             raise AdminClientError(f"ApiVersions failed: {response.error_code.name.upper()}")
         self.broker_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
                                 for k in response.api_keys}
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1 then SaslAuthenticate v2 rounds (PLAIN or SCRAM)."""
+        mechanism = security.mechanism or "PLAIN"
+        handshake = self.send(_SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
+        if handshake.error_code != ErrorCode.none:
+            raise AdminClientError(
+                f"SASL handshake failed: {handshake.error_code.name.upper()} (the broker "
+                f"offers {', '.join(handshake.mechanisms) or 'no mechanism'})")
+        user, password = security.username or "", security.password or ""
+
+        def authenticate(token: bytes) -> bytes:
+            answer = self.send(_SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
+            if answer.error_code != ErrorCode.none:
+                raise AdminClientError(
+                    f"Authentication failed: {answer.error_code.name.upper()}"
+                    + (f": {answer.error_message}" if answer.error_message else ""))
+            return bytes(answer.auth_bytes)
+
+        if mechanism == "PLAIN":
+            authenticate(f"\0{user}\0{password}".encode())
+            return
+        import scramp
+
+        scram = scramp.ScramClient([mechanism], user, password)
+        first = authenticate(scram.get_client_first().encode())
+        scram.set_server_first(first.decode())
+        final = authenticate(scram.get_client_final().encode())
+        try:
+            scram.set_server_final(final.decode())
+        except scramp.ScramException as exc:
+            raise AdminClientError(f"The broker's SCRAM proof is wrong: {exc}") from None
 
     def version_for(self, api_key: int) -> int:
         """The highest version of ``api_key`` both this client and the broker support."""

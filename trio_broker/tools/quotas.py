@@ -22,8 +22,10 @@ ApiVersions). Exit status 0 on success, 1 on any error (as Kafka's tool).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import ipaddress
 import math
+import os
 import re
 import socket
 import sys
@@ -38,9 +40,11 @@ from kio.schema.errors import ErrorCode
 from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
+from .common import ToolError, client_settings, security_of
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 
 #: kafka-configs.sh's entity types (``ConfigType``) handled here.
@@ -440,6 +444,82 @@ def run_describe(conn: AdminConnection, opts: QuotaOptions, out: TextIO) -> None
     components = filter_components(opts.entity_types, opts.entity_names)
     for entity, values in describe_quotas(conn, components):
         print(describe_line(entity, values), file=out)
+    # ConfigCommand: SCRAM credentials too for users, unless clients or a default are named
+    if (opts.entity_types[0] == USERS and CLIENTS not in opts.entity_types
+            and "" not in opts.entity_names
+            and DESCRIBE_USER_SCRAM_CREDENTIALS in conn.broker_versions):
+        for user, infos in describe_scram(conn, opts.entity_names):
+            print(f"SCRAM credential configs for user-principal '{user}' are "
+                  + ", ".join(f"{m}=iterations={i}" for m, i in infos), file=out)
+
+
+#: ``ScramMechanism`` wire codes.
+_SCRAM_CODES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+#: ``ConfigCommand.DefaultScramIterations``.
+DEFAULT_SCRAM_ITERATIONS = 4096
+
+
+def describe_scram(conn: AdminConnection, users: Sequence[str]
+                   ) -> list[tuple[str, list[tuple[str, int]]]]:
+    """DescribeUserScramCredentials: each user's ``(mechanism, iterations)``; users without
+    credentials are left out (as AdminClient's ``users()``)."""
+    version = conn.version_for(DESCRIBE_USER_SCRAM_CREDENTIALS)
+    module = request_module(DESCRIBE_USER_SCRAM_CREDENTIALS, version)
+    body = module.DescribeUserScramCredentialsRequest(
+        users=tuple(module.UserName(name=u) for u in users) if users else None)
+    response = conn.send(DESCRIBE_USER_SCRAM_CREDENTIALS, version, body)
+    if response.error_code != ErrorCode.none:
+        raise BrokerError(response.error_code, response.error_message)
+    names = {code: name for name, code in _SCRAM_CODES.items()}
+    found = []
+    for result in response.results:
+        if result.error_code == ErrorCode.resource_not_found:
+            continue
+        if result.error_code != ErrorCode.none:
+            raise BrokerError(result.error_code, result.error_message)
+        found.append((result.user, [(names.get(int(c.mechanism), "UNKNOWN"), int(c.iterations))
+                                    for c in result.credential_infos]))
+    return found
+
+
+def scram_settings(mechanism: str, value: str) -> tuple[int, str]:
+    """``SCRAM-SHA-256=[iterations=8192,password=alice-secret]``: (iterations, password)."""
+    fields = dict(item.split("=", 1) for item in value.split(",") if "=" in item)
+    if "password" not in fields:
+        raise CommandError(f"You must supply 'password=...' when adding SCRAM credentials "
+                           f"({mechanism})")
+    try:
+        iterations = int(fields.get("iterations", DEFAULT_SCRAM_ITERATIONS))
+    except ValueError:
+        raise CommandError(f"Invalid iterations for {mechanism}: "
+                           f"{fields['iterations']}") from None
+    return iterations, fields["password"]
+
+
+def alter_scram(conn: AdminConnection, user: str, add: dict[str, str],
+                delete: Sequence[str]) -> None:
+    """AlterUserScramCredentials: the salt and salted password are made here, as Kafka's
+    AdminClient does, so the password never crosses the wire."""
+    version = conn.version_for(ALTER_USER_SCRAM_CREDENTIALS)
+    module = request_module(ALTER_USER_SCRAM_CREDENTIALS, version)
+    upsertions = []
+    for mechanism, value in add.items():
+        iterations, password = scram_settings(mechanism, value)
+        salt = os.urandom(32)
+        salted = hashlib.pbkdf2_hmac(_SCRAM_HASHES[mechanism], password.encode(), salt,
+                                     iterations)
+        upsertions.append(module.ScramCredentialUpsertion(
+            name=user, mechanism=_SCRAM_CODES[mechanism], iterations=iterations, salt=salt,
+            salted_password=salted))
+    body = module.AlterUserScramCredentialsRequest(
+        deletions=tuple(module.ScramCredentialDeletion(name=user, mechanism=_SCRAM_CODES[m])
+                        for m in delete),
+        upsertions=tuple(upsertions))
+    response = conn.send(ALTER_USER_SCRAM_CREDENTIALS, version, body)
+    for result in response.results:
+        if result.error_code != ErrorCode.none:
+            raise BrokerError(result.error_code, result.error_message)
 
 
 def check_alter_keys(opts: QuotaOptions, add: dict[str, str]) -> None:
@@ -490,7 +570,9 @@ def run_alter(conn: AdminConnection, opts: QuotaOptions, out: TextIO) -> None:
     if any(k in SCRAM_MECHANISMS for k in (*add, *opts.delete_config)):
         if ALTER_USER_SCRAM_CREDENTIALS not in conn.broker_versions:
             raise UnsupportedVersion("The broker does not support ALTER_USER_SCRAM_CREDENTIALS")
-        raise CommandError("SCRAM credentials are not altered by trio_broker quotas")
+        alter_scram(conn, opts.entity_names[0], add, opts.delete_config)
+        print(alter_done_line(opts.entity_types, opts.entity_names), file=out)
+        return
     # getClientQuotasConfig: every key to delete must exist on the entity.
     components = filter_components(opts.entity_types, opts.entity_names)
     found = describe_quotas(conn, components)
@@ -511,18 +593,11 @@ def run_alter(conn: AdminConnection, opts: QuotaOptions, out: TextIO) -> None:
 
 
 def _client_settings(opts: QuotaOptions) -> dict[str, str]:
-    if opts.command_config is None:
-        return {}
+    """``--command-config``: the tools' one reader (client.id, request.timeout.ms)."""
     try:
-        text = Path(opts.command_config).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"{opts.command_config}: {exc.strerror}") from None
-    settings = parse_properties(text)
-    protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise CommandError(f"security.protocol={protocol} is not supported by trio_broker "
-                           "quotas (PLAINTEXT only)")
-    return settings
+        return client_settings(opts.command_config, "quotas")
+    except ToolError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
@@ -549,8 +624,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         assert opts.bootstrap_server is not None
         timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
         with AdminConnection.connect(opts.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-quotas")
-                                     ) as conn:
+                                     client_id=settings.get("client.id", "trio-broker-quotas"),
+                                     security=security_of(settings)) as conn:
             if opts.alter:
                 run_alter(conn, opts, out)
             else:

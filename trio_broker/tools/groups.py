@@ -1,0 +1,511 @@
+"""``trio_broker groups``: kafka-consumer-groups.sh over the wire (ListGroups, DescribeGroups,
+OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups), with its options and table formats."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import struct
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from kio.schema.errors import ErrorCode
+
+from .admin_client import AdminConnection
+from .common import (
+    Parser,
+    Request,
+    ToolError,
+    UsageError,
+    add_connection_options,
+    check,
+    connect,
+    emit_json,
+    run,
+)
+from .topics import metadata
+
+LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 2, 8, 9, 10
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+EARLIEST, LATEST = -2, -1
+#: Group states in which kafka-consumer-groups.sh lets offsets be reset.
+INACTIVE_STATES = ("Empty", "Dead")
+
+EXAMPLES = """\
+  trio_broker groups --bootstrap-server localhost:9092 --list
+  trio_broker groups --bootstrap-server localhost:9092 --describe --group app
+  trio_broker groups --bootstrap-server localhost:9092 --reset-offsets --group app \\
+      --topic orders --to-earliest --execute
+  trio_broker groups --bootstrap-server localhost:9092 --reset-offsets --group app \\
+      --all-topics --to-datetime 2024-01-01T00:00:00.000 --dry-run
+  trio_broker groups --bootstrap-server localhost:9092 --reset-offsets --group app \\
+      --topic orders:0,1 --shift-by -10 --execute
+  trio_broker groups --bootstrap-server localhost:9092 --delete --group app
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser("trio_broker groups",
+                    "List, describe, delete consumer groups and reset their offsets "
+                    "(kafka-consumer-groups.sh).", EXAMPLES)
+    add_connection_options(parser)
+    actions = parser.add_mutually_exclusive_group(required=True)
+    actions.add_argument("--list", action="store_true", help="list all consumer groups")
+    actions.add_argument("--describe", action="store_true",
+                         help="describe a group: offsets, lag and members per partition")
+    actions.add_argument("--reset-offsets", action="store_true",
+                         help="reset a group's committed offsets (the group must be inactive)")
+    actions.add_argument("--delete", action="store_true", help="delete groups")
+    add = parser.add_argument
+    add("--group", action="append", default=[], metavar="GROUP",
+        help="the consumer group (repeatable for --describe and --delete)")
+    add("--all-groups", action="store_true", help="every group (--describe, --delete)")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true",
+                      help="--describe: the members (consumer id, host, client id, "
+                           "#partitions)")
+    view.add_argument("--state", action="store_true",
+                      help="--describe: coordinator, assignment strategy, state, #members")
+    view.add_argument("--offsets", action="store_true",
+                      help="--describe: offsets and lag per partition (the default)")
+    add("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
+        help="--reset-offsets: a topic, optionally with partitions (repeatable)")
+    add("--all-topics", action="store_true",
+        help="--reset-offsets: every topic the group has committed offsets for")
+    scenario = parser.add_mutually_exclusive_group()
+    scenario.add_argument("--to-earliest", action="store_true", help="reset to the log start")
+    scenario.add_argument("--to-latest", action="store_true", help="reset to the log end")
+    scenario.add_argument("--to-current", action="store_true", help="keep the current offsets")
+    scenario.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
+    scenario.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                          help="reset to the first offset at or after this time (UTC unless "
+                               "an offset like +01:00 is given)")
+    scenario.add_argument("--shift-by", type=int, metavar="N",
+                          help="move each offset by N (negative: back)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the new offsets only (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    return parser
+
+
+# ------------------------------------------------------------------------ wire helpers
+def find_coordinator(conn: AdminConnection, group: str) -> tuple[int, str, int]:
+    """FindCoordinator: the group coordinator's ``(node id, host, port)``."""
+    request = Request(conn, FIND_COORDINATOR)
+    response = request.send(key=group, key_type=0, coordinator_keys=(group,))
+    found = response.coordinators[0] if hasattr(response, "coordinators") else response
+    check(found.error_code, found.error_message, f"FindCoordinator {group}")
+    return int(found.node_id), str(found.host), int(found.port)
+
+
+def coordinator(conn: AdminConnection, group: str, tool: str = "groups") -> AdminConnection:
+    """A connection to ``group``'s coordinator (``conn`` itself when that is the same node)."""
+    _node, host, port = find_coordinator(conn, group)
+    peer = conn._sock.getpeername()
+    if port == peer[1] and host in (peer[0], "localhost"):
+        return conn
+    return AdminConnection.connect(f"{host}:{port}", client_id=conn.client_id,
+                                   security=conn.security)
+
+
+def list_groups(conn: AdminConnection) -> list[dict[str, str]]:
+    response = Request(conn, LIST_GROUPS).send(states_filter=(), types_filter=())
+    check(response.error_code, None, "ListGroups")
+    return sorted(({"group": g.group_id, "protocol_type": g.protocol_type,
+                    "state": getattr(g, "group_state", "")} for g in response.groups),
+                  key=lambda g: g["group"])
+
+
+def describe_group(conn: AdminConnection, group: str) -> Any:
+    response = Request(conn, DESCRIBE_GROUPS).send(groups=(group,),
+                                                   include_authorized_operations=False)
+    described = response.groups[0]
+    check(described.error_code, None, group)
+    return described
+
+
+def parse_assignment(data: bytes) -> list[tuple[str, int]]:
+    """A ConsumerProtocolAssignment's ``(topic, partition)`` pairs (empty if not one)."""
+    try:
+        position = 2
+        (count,) = struct.unpack_from(">i", data, position)
+        position += 4
+        found = []
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", data, position)
+            topic = data[position + 2:position + 2 + length].decode()
+            position += 2 + length
+            (n,) = struct.unpack_from(">i", data, position)
+            position += 4
+            for _ in range(max(n, 0)):
+                found.append((topic, struct.unpack_from(">i", data, position)[0]))
+                position += 4
+        return found
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def committed(conn: AdminConnection, group: str) -> dict[tuple[str, int], int]:
+    """Every committed offset of ``group``."""
+    request = Request(conn, OFFSET_FETCH)
+    response = request.send(group_id=group, topics=None, require_stable=False, groups=(
+        request.nested("OffsetFetchRequestGroup", group_id=group, member_id=None,
+                       member_epoch=-1, topics=None),))
+    if hasattr(response, "groups"):
+        answer = response.groups[0]
+        check(answer.error_code, None, group)
+        topics = answer.topics
+    else:
+        check(response.error_code, None, group)
+        topics = response.topics
+    offsets = {}
+    for topic in topics:
+        for p in topic.partitions:
+            check(p.error_code, None, f"{topic.name}-{p.partition_index}")
+            if p.committed_offset >= 0:
+                offsets[(topic.name, int(p.partition_index))] = int(p.committed_offset)
+    return offsets
+
+
+def list_offsets(conn: AdminConnection, partitions: Sequence[tuple[str, int]],
+                 timestamp: int) -> dict[tuple[str, int], int]:
+    """ListOffsets for many partitions at once: -1 latest, -2 earliest, else a time."""
+    if not partitions:
+        return {}
+    request = Request(conn, LIST_OFFSETS)
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    response = request.send(replica_id=-1, isolation_level=0, topics=tuple(
+        request.nested("ListOffsetsTopic", name=topic, partitions=tuple(
+            request.nested("ListOffsetsPartition", partition_index=p, current_leader_epoch=-1,
+                           timestamp=timestamp, max_num_offsets=1) for p in indexes))
+        for topic, indexes in by_topic.items()))
+    found = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            check(p.error_code, None, f"{topic.name}-{p.partition_index}")
+            found[(topic.name, int(p.partition_index))] = int(p.offset)
+    return found
+
+
+def commit(conn: AdminConnection, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A simple (generation -1) OffsetCommit, as AdminClient.alterConsumerGroupOffsets."""
+    request = Request(conn, OFFSET_COMMIT)
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append((partition, offset))
+    response = request.send(
+        group_id=group, generation_id_or_member_epoch=-1, generation_id=-1, member_id="",
+        group_instance_id=None, retention_time_ms=-1, topics=tuple(
+            request.nested("OffsetCommitRequestTopic", name=topic, partitions=tuple(
+                request.nested("OffsetCommitRequestPartition", partition_index=p,
+                               committed_offset=o, committed_leader_epoch=-1,
+                               committed_metadata="") for p, o in parts))
+            for topic, parts in by_topic.items()))
+    for topic in response.topics:
+        for p in topic.partitions:
+            check(p.error_code, None, f"{topic.name}-{p.partition_index}")
+
+
+# ---------------------------------------------------------------------------- describe
+def describe_rows(conn: AdminConnection, group: str) -> tuple[str, list[dict[str, Any]]]:
+    """The group's state and kafka-consumer-groups.sh's ``--describe`` rows."""
+    described = describe_group(conn, group)
+    offsets = committed(conn, group)
+    owners: dict[tuple[str, int], Any] = {}
+    for member in described.members:
+        for tp in parse_assignment(bytes(member.member_assignment or b"")):
+            owners[tp] = member
+    partitions = sorted(set(offsets) | set(owners))
+    ends = list_offsets(conn, partitions, LATEST)
+    rows = []
+    # Kafka prints the assigned partitions member by member, then the unassigned ones.
+    ordered = sorted(partitions, key=lambda tp: (tp not in owners, tp))
+    for tp in ordered:
+        member = owners.get(tp)
+        current, end = offsets.get(tp), ends.get(tp)
+        rows.append({
+            "group": group, "topic": tp[0], "partition": tp[1], "current_offset": current,
+            "log_end_offset": end,
+            "lag": None if current is None or end is None else end - current,
+            "consumer_id": member.member_id if member else None,
+            "host": member.client_host if member else None,
+            "client_id": member.client_id if member else None})
+    return str(described.group_state), rows
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def describe_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ConsumerGroupCommand.printOffsets: widths grow with the longest group, topic,
+    consumer id and host (at least 15), the other columns are fixed."""
+    group_w = max([15, *(len(r["group"]) for r in rows)])
+    topic_w = max([15, *(len(r["topic"]) for r in rows)])
+    consumer_w = max([15, *(len(_cell(r["consumer_id"])) for r in rows)])
+    host_w = max([15, *(len(_cell(r["host"])) for r in rows)])
+    fmt = (f"{{:<{group_w}}} {{:<{topic_w}}} {{:<10}} {{:<15}} {{:<15}} {{:<15}} "
+           f"{{:<{consumer_w}}} {{:<{host_w}}} {{}}")
+    lines = ["", fmt.format("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                            "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")]
+    for r in rows:
+        lines.append(fmt.format(r["group"], r["topic"], r["partition"],
+                                _cell(r["current_offset"]), _cell(r["log_end_offset"]),
+                                _cell(r["lag"]), _cell(r["consumer_id"]), _cell(r["host"]),
+                                _cell(r["client_id"])))
+    return lines
+
+
+def members_rows(described: Any) -> list[dict[str, Any]]:
+    return [{"group": str(described.group_id), "consumer_id": m.member_id,
+             "group_instance_id": m.group_instance_id, "host": m.client_host,
+             "client_id": m.client_id,
+             "partitions": len(parse_assignment(bytes(m.member_assignment or b"")))}
+            for m in described.members]
+
+
+def members_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ConsumerGroupCommand.printMembers (GROUP-INSTANCE-ID only when a member has one)."""
+    static = any(r["group_instance_id"] for r in rows)
+    columns = ["group", "consumer_id", *(["group_instance_id"] if static else []), "host",
+               "client_id"]
+    titles = {"group": "GROUP", "consumer_id": "CONSUMER-ID",
+              "group_instance_id": "GROUP-INSTANCE-ID", "host": "HOST",
+              "client_id": "CLIENT-ID"}
+    widths = {c: max([15, *(len(_cell(r[c])) for r in rows)]) for c in columns}
+
+    def line(values: dict[str, Any], last: Any) -> str:
+        return " ".join(f"{_cell(values[c]):<{widths[c]}}" for c in columns) + \
+            f" {_cell(last):<15}"
+
+    return ["", line(titles, "#PARTITIONS"), *(line(r, r["partitions"]) for r in rows)]
+
+
+def state_table(group: str, node: tuple[int, str, int], described: Any) -> list[str]:
+    """ConsumerGroupCommand.printState."""
+    coordinator_text = f"{node[1]}:{node[2]} ({node[0]})"
+    group_w, coord_w = max(15, len(group)), max(25, len(coordinator_text))
+    fmt = f"{{:<{group_w}}} {{:<{coord_w}}} {{:<20}} {{:<15}} {{}}"
+    return ["", fmt.format("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                           "#MEMBERS"),
+            fmt.format(group, coordinator_text, described.protocol_data or "",
+                       described.group_state, len(described.members))]
+
+
+# ------------------------------------------------------------------------------- reset
+def parse_datetime(text: str) -> int:
+    """``--to-datetime``: ``YYYY-MM-DDTHH:mm:SS[.sss][zone]``, UTC without a zone, in ms."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"Error parsing timestamp. It does not conform to "
+                         f"'yyyy-MM-ddTHH:mm:SS.sss': {text}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def reset_partitions(conn: AdminConnection, ns: argparse.Namespace,
+                     current: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    if ns.all_topics:
+        return sorted(current)
+    chosen = []
+    for item in ns.topic:
+        topic, _, parts = item.partition(":")
+        if parts:
+            try:
+                chosen += [(topic, int(p)) for p in parts.split(",")]
+            except ValueError:
+                raise UsageError(f"Invalid partitions in --topic {item}") from None
+            continue
+        (answer,) = metadata(conn, [topic]).topics
+        check(answer.error_code, None, topic)
+        chosen += [(topic, int(p.partition_index)) for p in answer.partitions]
+    return sorted(chosen)
+
+
+def new_offsets(conn: AdminConnection, ns: argparse.Namespace,
+                partitions: list[tuple[str, int]], current: dict[tuple[str, int], int]
+                ) -> dict[tuple[str, int], int]:
+    earliest = list_offsets(conn, partitions, EARLIEST)
+    latest = list_offsets(conn, partitions, LATEST)
+
+    def clamp(tp: tuple[str, int], offset: int) -> int:
+        return max(earliest[tp], min(latest[tp], offset))
+
+    if ns.to_earliest:
+        return {tp: earliest[tp] for tp in partitions}
+    if ns.to_latest:
+        return {tp: latest[tp] for tp in partitions}
+    if ns.to_offset is not None:
+        return {tp: clamp(tp, ns.to_offset) for tp in partitions}
+    if ns.shift_by is not None:
+        return {tp: clamp(tp, current.get(tp, latest[tp]) + ns.shift_by) for tp in partitions}
+    if ns.to_datetime is not None:
+        at = list_offsets(conn, partitions, parse_datetime(ns.to_datetime))
+        return {tp: latest[tp] if at[tp] < 0 else at[tp] for tp in partitions}
+    return {tp: current.get(tp, latest[tp]) for tp in partitions}  # --to-current
+
+
+def reset_table(group: str, offsets: dict[tuple[str, int], int]) -> list[str]:
+    """ConsumerGroupCommand.printOffsetsToReset."""
+    fmt = "{:<30} {:<30} {:<10} {:<15}"
+    return ["", fmt.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+            *(fmt.format(group, t, p, o) for (t, p), o in sorted(offsets.items()))]
+
+
+# ----------------------------------------------------------------------------- command
+def check_options(ns: argparse.Namespace) -> None:
+    if (ns.describe or ns.delete) and not (ns.group or ns.all_groups):
+        raise UsageError("Option --describe and --delete need --group or --all-groups")
+    if ns.reset_offsets:
+        if len(ns.group) != 1:
+            raise UsageError("Option --reset-offsets needs exactly one --group")
+        if bool(ns.topic) == ns.all_topics:
+            raise UsageError("Option --reset-offsets needs one of --topic, --all-topics")
+        if not (ns.to_earliest or ns.to_latest or ns.to_current or ns.to_datetime
+                or ns.to_offset is not None or ns.shift_by is not None):
+            raise UsageError("Option --reset-offsets needs one of --to-earliest, --to-latest, "
+                             "--to-current, --to-offset, --to-datetime, --shift-by")
+        if ns.to_datetime is not None:
+            parse_datetime(ns.to_datetime)
+    if (ns.members or ns.state or ns.offsets) and not ns.describe:
+        raise UsageError("--members, --state and --offsets go with --describe")
+    if not ns.reset_offsets and (ns.topic or ns.all_topics or ns.execute or ns.dry_run):
+        raise UsageError("--topic, --all-topics, --dry-run and --execute go with "
+                         "--reset-offsets")
+
+
+def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    check_options(ns)
+    json_out = ns.output == "json"
+    with connect(ns, "groups") as conn:
+        groups = ns.group or ([g["group"] for g in list_groups(conn)] if ns.all_groups else [])
+        if ns.list:
+            listed = list_groups(conn)
+            if json_out:
+                emit_json(listed, out)
+            for g in [] if json_out else listed:
+                print(g["group"], file=out)
+            return
+        if ns.describe and (ns.members or ns.state):
+            views: dict[str, Any] = {}
+            for group in groups:
+                node = find_coordinator(conn, group)
+                with _coordinated(conn, group) as coord:
+                    info = describe_group(coord, group)
+                if ns.members:
+                    views[group] = members_rows(info)
+                    lines = members_table(views[group])
+                else:
+                    views[group] = {"coordinator": {"id": node[0], "host": node[1],
+                                                    "port": node[2]},
+                                    "assignment_strategy": info.protocol_data or "",
+                                    "state": str(info.group_state),
+                                    "members": len(info.members)}
+                    lines = state_table(group, node, info)
+                if json_out:
+                    continue
+                if str(info.group_state) == "Dead":
+                    print(f"Error: Consumer group '{group}' does not exist.", file=err)
+                    continue
+                if ns.members and not info.members:
+                    print(f"\nConsumer group '{group}' has no active members.", file=err)
+                print("\n".join(lines), file=out)
+            if json_out:
+                emit_json(views, out)
+            return
+        if ns.describe:
+            described = {}
+            for group in groups:
+                with _coordinated(conn, group) as coord:
+                    state, rows = describe_rows(coord, group)
+                described[group] = {"state": state, "partitions": rows}
+                if json_out:
+                    continue
+                if state == "Dead":
+                    print(f"Error: Consumer group '{group}' does not exist.", file=err)
+                    continue
+                if state in ("Empty", "PreparingRebalance", "CompletingRebalance"):
+                    print(f"\nConsumer group '{group}' has no active members.", file=err)
+                print("\n".join(describe_table(rows)), file=out)
+            if json_out:
+                emit_json(described, out)
+            return
+        if ns.delete:
+            deleted = delete_groups(conn, groups)
+            if json_out:
+                emit_json({"deleted": deleted}, out)
+            else:
+                shown = ", ".join(f"'{g}'" for g in deleted)
+                print(f"Deletion of requested consumer groups ({shown}) was successful.",
+                      file=out)
+            return
+        group = groups[0]
+        with _coordinated(conn, group) as coord:
+            state = str(describe_group(coord, group).group_state)
+            if state not in INACTIVE_STATES:
+                raise ToolError(f"Assignments can only be reset if the group '{group}' is "
+                                f"inactive, but the current state is {state}.")
+            current = committed(coord, group)
+            partitions = reset_partitions(conn, ns, current)
+            offsets = new_offsets(conn, ns, partitions, current)
+            if ns.execute:
+                commit(coord, group, offsets)
+            elif not ns.dry_run:
+                print("WARN: No action will be performed as the --execute option is missing. "
+                      "In a future major release, the default behavior of this command will "
+                      "be to prompt the user before executing the reset rather than doing a "
+                      "dry run. You should add the --dry-run option explicitly if you are "
+                      "scripting this command and want to keep the current default behavior "
+                      "without prompting.", file=err)
+        if json_out:
+            emit_json({"group": group, "executed": bool(ns.execute), "offsets": [
+                {"topic": t, "partition": p, "offset": o}
+                for (t, p), o in sorted(offsets.items())]}, out)
+        else:
+            print("\n".join(reset_table(group, offsets)), file=out)
+
+
+class _coordinated:  # noqa: N801 - used as a context manager like a function
+    """The coordinator connection for a group, closed afterwards if it is a new one."""
+
+    def __init__(self, conn: AdminConnection, group: str) -> None:
+        self.conn = conn
+        self.coord = coordinator(conn, group)
+
+    def __enter__(self) -> AdminConnection:
+        return self.coord
+
+    def __exit__(self, *exc: object) -> None:
+        if self.coord is not self.conn:
+            self.coord.close()
+
+
+def delete_groups(conn: AdminConnection, groups: list[str]) -> list[str]:
+    deleted = []
+    for group in groups:
+        with _coordinated(conn, group) as coord:
+            response = Request(coord, DELETE_GROUPS).send(groups_names=(group,))
+            result = response.results[0]
+            if result.error_code == ErrorCode.non_empty_group:
+                raise ToolError(f"Deletion of consumer group '{group}' failed: the group is "
+                                "not empty (NON_EMPTY_GROUP)")
+            if result.error_code == ErrorCode.group_id_not_found:
+                raise ToolError(f"Deletion of consumer group '{group}' failed: the group does "
+                                "not exist (GROUP_ID_NOT_FOUND)")
+            check(result.error_code, None, group)
+            deleted.append(group)
+    return deleted
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    """Run ``trio_broker groups``; 0 on success, 1 on a failure, 2 on a bad command line."""
+    output = out if out is not None else sys.stdout
+    errors = err if err is not None else sys.stderr
+    return run(build_parser(), argv, lambda ns: execute(ns, output, errors), err)
