@@ -1,0 +1,351 @@
+"""Authentication, ACLs and quotas together, as a Kafka user runs them: SCRAM-SHA-512 users made
+with ``trio_broker scram`` before the broker starts, a SASL_SSL listener (trustme certificates),
+``authorizer.class.name=standard`` with ``super.users=User:admin``, and unmodified librdkafka
+clients (confluent-kafka) for the admin, producers and consumers.
+
+The principals are the SASL users (``User:alice``...) or, on the mTLS listener, the client
+certificate's subject; every ACL below names them, never ``User:ANONYMOUS``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from tests.conftest import free_port
+from tests.security.conftest import Certs, make_certs
+
+pytestmark = pytest.mark.interop
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
+         "carol": "carol-secret", "dave": "dave-secret"}
+MTLS_PRINCIPAL = "User:CN=alice,OU=eng,O=trustme v1.2.1"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+class Cluster:
+    """A started broker and how each user reaches it."""
+
+    def __init__(self, process: Any, certs: Certs, sasl: str, ssl: str, plain: str) -> None:
+        self.process = process
+        self.certs = certs
+        self.sasl = sasl
+        self.ssl = ssl
+        self.plain = plain
+
+    def client(self, user: str, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings of ``user`` (SCRAM-SHA-512 over SASL_SSL)."""
+        return {"bootstrap.servers": self.sasl, "security.protocol": "SASL_SSL",
+                "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": USERS[user], "ssl.ca.location": str(self.certs.ca_pem),
+                **extra}
+
+    def mtls_client(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.ssl, "security.protocol": "SSL",
+                "ssl.ca.location": str(self.certs.ca_pem),
+                "ssl.certificate.location": str(self.certs.client_cert_pem),
+                "ssl.key.location": str(self.certs.client_key_pem), **extra}
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.client("admin"))
+
+
+def scram_user(data_dir: Path, user: str, password: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "trio_broker", "scram", "--data-dir", str(data_dir), "--alter",
+         "--entity-type", "users", "--entity-name", user, "--add-config",
+         f"SCRAM-SHA-512=[iterations=8192,password={password}]"],
+        check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def cluster(broker_process: Any, certs: Certs, tmp_path: Path) -> Any:
+    """Start a broker with SASL_SSL, mTLS (SSL, client auth required) and PLAINTEXT (for the
+    operator tools, which speak PLAINTEXT only) listeners, the ACL authorizer on."""
+
+    def start(**extra: str) -> Cluster:
+        data_dir = tmp_path / "data"
+        for user, password in USERS.items():
+            scram_user(data_dir, user, password)
+        sasl, ssl, plain = free_port(), free_port(), free_port()
+        process = broker_process({
+            "listeners": f"SASL_SSL://127.0.0.1:{sasl},SSL://127.0.0.1:{ssl},"
+                         f"PLAINTEXT://127.0.0.1:{plain}",
+            "log.dirs": str(data_dir),
+            "ssl.keystore.location": str(certs.keystore),
+            "ssl.truststore.location": str(certs.ca_pem),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "authorizer.class.name": "standard",
+            "super.users": "User:admin",
+            **extra})
+        return Cluster(process, certs, f"127.0.0.1:{sasl}", f"127.0.0.1:{ssl}",
+                       f"127.0.0.1:{plain}")
+
+    return start
+
+
+def acl(rt: ResourceType, name: str, principal: str, op: AclOperation,
+        perm: AclPermissionType = AclPermissionType.ALLOW,
+        pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+    return AclBinding(rt, name, pattern, principal, "*", op, perm)
+
+
+def create_acls(admin: AdminClient, *bindings: AclBinding) -> None:
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(timeout=20)
+
+
+def create_topics(admin: AdminClient, *names: str) -> None:
+    for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        future.result(timeout=20)
+
+
+def produce(config: dict[str, Any], topic: str, count: int = 3) -> KafkaError | None:
+    """Produce ``count`` records; the first delivery error (None when all were written)."""
+    producer = Producer({"message.timeout.ms": 10000, **config})
+    outcome: list[KafkaError | None] = []
+    for index in range(count):
+        producer.produce(topic, f"m{index}".encode(),
+                         on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(20)
+    assert len(outcome) == count, "missing delivery reports"
+    return next((err for err in outcome if err is not None), None)
+
+
+def consume(config: dict[str, Any], topic: str, group: str, count: int = 3
+            ) -> list[bytes] | KafkaError:
+    """Subscribe in ``group``: ``count`` record values, or the first error the consumer
+    reports."""
+    consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                return message.error()  # type: ignore[no-any-return]
+            values.append(message.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def code(result: Any) -> int | None:
+    return result.code() if isinstance(result, KafkaError) else None
+
+
+def test_producer_and_consumer_acls_for_sasl_users(cluster: Any) -> None:
+    broker = cluster()
+    admin = broker.admin()
+    create_topics(admin, "orders")
+    create_acls(admin,
+                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.WRITE),
+                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.DESCRIBE),
+                acl(ResourceType.BROKER, "kafka-cluster", "User:alice",
+                    AclOperation.IDEMPOTENT_WRITE))
+    alice = broker.client("alice", **{"enable.idempotence": True})
+    assert produce(alice, "orders") is None
+
+    # bob may read the topic (READ implies DESCRIBE, so he sees it) but not write it.
+    create_acls(admin, acl(ResourceType.TOPIC, "orders", "User:bob", AclOperation.READ))
+    bob = broker.client("bob")
+    assert code(produce(bob, "orders")) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    # READ on the topic but none on the group: the group coordinator refuses bob.
+    assert code(consume(bob, "orders", "billing")) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    create_acls(admin, acl(ResourceType.GROUP, "billing", "User:bob", AclOperation.READ))
+    assert consume(bob, "orders", "billing") == [b"m0", b"m1", b"m2"]
+
+    broker.process.stop()
+    requests = broker.process.events("request")
+    by_api: dict[tuple[str, str], set[str]] = {}
+    for event in requests:
+        by_api.setdefault((event["principal"], event["api"]), set()).add(event["error"])
+    assert by_api[("User:alice", "InitProducerId")] == {"NONE"}
+    assert by_api[("User:alice", "Produce")] == {"NONE"}
+    assert by_api[("User:bob", "Produce")] == {"TOPIC_AUTHORIZATION_FAILED"}
+    assert ("User:bob", "Fetch") in by_api and ("User:bob", "JoinGroup") in by_api
+    assert ("User:ANONYMOUS", "Produce") not in by_api
+    denied = broker.process.events("authorization_denied")
+    assert any(e["principal"] == "User:bob" and e["operation"] == "WRITE"
+               and e["resource_type"] == "TOPIC" and e["resource_name"] == "orders"
+               for e in denied), denied
+    # FindCoordinator needs DESCRIBE on the group (READ implies it), as in Kafka
+    assert any(e["principal"] == "User:bob" and e["operation"] == "DESCRIBE"
+               and e["resource_type"] == "GROUP" and e["resource_name"] == "billing"
+               for e in denied), denied
+    assert {e["principal"] for e in denied} == {"User:bob"}
+
+
+def test_prefixed_acls_and_deny_over_allow(cluster: Any) -> None:
+    broker = cluster()
+    admin = broker.admin()
+    create_topics(admin, "carol-events", "orders", "audit")
+    prefixed = ResourcePatternType.PREFIXED
+    create_acls(admin,
+                acl(ResourceType.TOPIC, "carol-", "User:carol", AclOperation.WRITE,
+                    pattern=prefixed),
+                acl(ResourceType.TOPIC, "carol-", "User:carol", AclOperation.DESCRIBE,
+                    pattern=prefixed),
+                # dave may do everything on every topic, except write to orders
+                acl(ResourceType.TOPIC, "*", "User:dave", AclOperation.ALL),
+                acl(ResourceType.TOPIC, "orders", "User:dave", AclOperation.WRITE,
+                    AclPermissionType.DENY))
+    assert produce(broker.client("carol"), "carol-events") is None
+    assert code(produce(broker.client("carol"), "audit")) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce(broker.client("dave"), "audit") is None
+    assert code(produce(broker.client("dave"), "orders")) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # What applies to carol-events, as kafka-acls.sh --list --resource-pattern-type match
+    matching = admin.describe_acls(AclBindingFilter(
+        ResourceType.TOPIC, "carol-events", ResourcePatternType.MATCH, None, None,
+        AclOperation.ANY, AclPermissionType.ANY)).result(timeout=20)
+    assert sorted((b.principal, b.name, b.operation.name) for b in matching) == [
+        ("User:carol", "carol-", "DESCRIBE"), ("User:carol", "carol-", "WRITE"),
+        ("User:dave", "*", "ALL")]
+    broker.process.stop()
+    denied = [(e["principal"], e["operation"], e["resource_name"], e["reason"])
+              for e in broker.process.events("authorization_denied")
+              if e["resource_type"] == "TOPIC"]
+    assert ("User:dave", "WRITE", "orders", "denied by ACL") in denied
+    assert ("User:carol", "WRITE", "audit", "no matching ALLOW ACL") in denied \
+        or ("User:carol", "DESCRIBE", "audit", "no matching ALLOW ACL") in denied
+
+
+def test_transactional_producer_needs_write_on_its_transactional_id(cluster: Any) -> None:
+    broker = cluster()
+    admin = broker.admin()
+    create_topics(admin, "orders", "invoices")
+    assert produce(broker.client("admin"), "orders") is None
+    create_acls(admin,
+                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.READ),
+                acl(ResourceType.TOPIC, "invoices", "User:alice", AclOperation.WRITE),
+                acl(ResourceType.TOPIC, "invoices", "User:alice", AclOperation.DESCRIBE),
+                acl(ResourceType.GROUP, "invoicer", "User:alice", AclOperation.READ))
+    settings = broker.client("alice", **{"transactional.id": "invoicer-1"})
+    producer = Producer(settings)
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(20)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    del producer
+
+    create_acls(admin, acl(ResourceType.TRANSACTIONAL_ID, "invoicer-", "User:alice",
+                           AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED))
+    # consume-transform-produce: the input offsets commit with the output records
+    consumer = Consumer(broker.client("alice", **{
+        "group.id": "invoicer", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed"}))
+    consumer.subscribe(["orders"])
+    message = None
+    deadline = time.monotonic() + 30
+    while message is None and time.monotonic() < deadline:
+        polled = consumer.poll(0.5)
+        if polled is not None:
+            assert polled.error() is None, polled.error()
+            message = polled
+    assert message is not None
+    producer = Producer(settings)
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce("invoices", b"invoice for " + message.value())
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata(), 20)
+    producer.commit_transaction(20)
+    committed = consumer.committed(consumer.assignment(), timeout=20)
+    assert [tp.offset for tp in committed] == [1]
+    consumer.close()
+    reader = broker.client("admin", **{"isolation.level": "read_committed"})
+    assert consume(reader, "invoices", "checker", count=1) == [b"invoice for m0"]
+
+    broker.process.stop()
+    requests = [e for e in broker.process.events("request") if e["principal"] == "User:alice"]
+    outcome = {(e["api"], e["error"]) for e in requests}
+    assert ("FindCoordinator", "NONE") in outcome
+    assert {("InitProducerId", "NONE"), ("AddPartitionsToTxn", "NONE"),
+            ("AddOffsetsToTxn", "NONE"), ("TxnOffsetCommit", "NONE"),
+            ("EndTxn", "NONE")} <= outcome
+    denied = broker.process.events("authorization_denied")
+    assert {(e["principal"], e["resource_type"], e["resource_name"]) for e in denied} == {
+        ("User:alice", "TRANSACTIONAL_ID", "invoicer-1")}
+
+
+def test_mtls_principal_is_matched_by_an_acl_on_the_certificate_subject(cluster: Any
+                                                                        ) -> None:
+    broker = cluster()
+    admin = broker.admin()
+    create_topics(admin, "mtls-orders", "orders")
+    create_acls(admin,
+                acl(ResourceType.TOPIC, "mtls-orders", MTLS_PRINCIPAL, AclOperation.WRITE),
+                acl(ResourceType.TOPIC, "mtls-orders", MTLS_PRINCIPAL, AclOperation.DESCRIBE),
+                # the SASL user of the same name is a different principal
+                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.WRITE))
+    assert produce(broker.mtls_client(), "mtls-orders") is None
+    assert code(produce(broker.mtls_client(), "orders")) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    broker.process.stop()
+    produced = [e for e in broker.process.events("request") if e["api"] == "Produce"]
+    assert {e["principal"] for e in produced} == {MTLS_PRINCIPAL}
+    assert {e["principal"] for e in broker.process.events("authorization_denied")} == {
+        MTLS_PRINCIPAL}
+
+
+def ops(values: Any) -> set[str]:
+    return {op.name for op in values or ()}
+
+
+def test_authorized_operations_for_sasl_users(cluster: Any) -> None:
+    broker = cluster()
+    admin = broker.admin()
+    create_topics(admin, "orders")
+    create_acls(admin,
+                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.WRITE),
+                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.DESCRIBE),
+                acl(ResourceType.BROKER, "kafka-cluster", "User:alice",
+                    AclOperation.IDEMPOTENT_WRITE),
+                acl(ResourceType.TOPIC, "orders", "User:bob", AclOperation.READ),
+                acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.DESCRIBE))
+
+    def described(user: str) -> tuple[set[str], set[str]]:
+        client = AdminClient(broker.client(user))
+        topic = client.describe_topics(TopicCollection(["orders"]),
+                                       include_authorized_operations=True)["orders"]
+        cluster_info = client.describe_cluster(include_authorized_operations=True)
+        return (ops(topic.result(timeout=20).authorized_operations),
+                ops(cluster_info.result(timeout=20).authorized_operations))
+
+    # Kafka: the topic's operations the ACLs allow (WRITE and READ imply DESCRIBE); the
+    # cluster's only with DESCRIBE on the cluster (else none).
+    assert described("alice") == ({"WRITE", "DESCRIBE"}, set())
+    assert described("bob") == ({"READ", "DESCRIBE"}, {"DESCRIBE"})
+    assert described("admin") == (
+        {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
+         "ALTER_CONFIGS"},
+        {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
+         "ALTER", "DESCRIBE"})
