@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,12 @@ def consume(config: dict[str, Any], topic: str, group: str, count: int = 3
             message = consumer.poll(0.5)
             if message is None:
                 continue
-            if message.error():
-                return message.error()  # type: ignore[no-any-return]
-            values.append(message.value())
+            error = message.error()
+            if error is not None:
+                return error
+            value = message.value()
+            assert value is not None
+            values.append(value)
         return values
     finally:
         consumer.close()
@@ -225,7 +229,8 @@ def test_prefixed_acls_and_deny_over_allow(cluster: Any) -> None:
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     # What applies to carol-events, as kafka-acls.sh --list --resource-pattern-type match
     matching = admin.describe_acls(AclBindingFilter(
-        ResourceType.TOPIC, "carol-events", ResourcePatternType.MATCH, None, None,
+        ResourceType.TOPIC, "carol-events", ResourcePatternType.MATCH,
+        None, None,  # type: ignore[arg-type]  # None: any principal, any host
         AclOperation.ANY, AclPermissionType.ANY)).result(timeout=20)
     assert sorted((b.principal, b.name, b.operation.name) for b in matching) == [
         ("User:carol", "carol-", "DESCRIBE"), ("User:carol", "carol-", "WRITE"),
@@ -274,7 +279,7 @@ def test_transactional_producer_needs_write_on_its_transactional_id(cluster: Any
     producer = Producer(settings)
     producer.init_transactions(20)
     producer.begin_transaction()
-    producer.produce("invoices", b"invoice for " + message.value())
+    producer.produce("invoices", b"invoice for " + (message.value() or b""))
     producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                          consumer.consumer_group_metadata(), 20)
     producer.commit_transaction(20)
@@ -349,3 +354,57 @@ def test_authorized_operations_for_sasl_users(cluster: Any) -> None:
          "ALTER_CONFIGS"},
         {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
          "ALTER", "DESCRIBE"})
+
+
+def scrape(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+def produce_load(config: dict[str, Any], topic: str, throttles: list[Any]) -> None:
+    """150 KB in 5 KB records, acknowledged."""
+    producer = Producer({**config, "linger.ms": 5, "batch.size": 16384,
+                         "throttle_cb": throttles.append})
+    for _ in range(30):
+        producer.produce(topic, b"q" * 5000)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def test_client_quotas_by_sasl_user(cluster: Any) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    broker = cluster(**{"quota.window.num": "2", "quota.window.size.seconds": "1",
+                        "metrics.prometheus.listener": metrics})
+    admin = broker.admin()
+    create_topics(admin, "orders")
+    create_acls(admin, *(acl(ResourceType.TOPIC, "orders", user, op)
+                         for user in ("User:alice", "User:bob")
+                         for op in (AclOperation.WRITE, AclOperation.DESCRIBE)),
+                # the operator's tools speak PLAINTEXT: User:ANONYMOUS, from this host only
+                AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                           "User:ANONYMOUS", "127.0.0.1", AclOperation.ALTER_CONFIGS,
+                           AclPermissionType.ALLOW))
+    quotas = subprocess.run(
+        [sys.executable, "-m", "trio_broker", "quotas", "--bootstrap-server", broker.plain,
+         "--alter", "--add-config", "producer_byte_rate=50000", "--entity-type", "users",
+         "--entity-name", "alice"], capture_output=True, text=True, timeout=60)
+    assert quotas.returncode == 0, quotas.stderr
+    assert quotas.stdout.strip() == "Completed updating config for user alice."
+
+    alice_throttles: list[Any] = []
+    bob_throttles: list[Any] = []
+    produce_load(broker.client("alice"), "orders", alice_throttles)
+    produce_load(broker.client("bob"), "orders", bob_throttles)
+    assert alice_throttles and max(t.throttle_time for t in alice_throttles) > 0
+    assert not [t for t in bob_throttles if t.throttle_time > 0]
+    exposition = scrape(metrics)
+    throttle_time = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+                     for line in exposition.splitlines()
+                     if line.startswith("kafka_server_produce_throttle_time{")}
+    assert throttle_time['client_id="",user="alice"'] > 0
+    assert all(value == 0 for labels, value in throttle_time.items() if "bob" in labels)
+    broker.process.stop()
+    throttled = broker.process.events("throttle_started")
+    assert throttled and {(e["user"], e["security_protocol"], e["quota_type"])
+                          for e in throttled} == {("alice", "SASL_SSL", "producer_byte_rate")}
