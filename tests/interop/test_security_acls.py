@@ -408,3 +408,35 @@ def test_client_quotas_by_sasl_user(cluster: Any) -> None:
     throttled = broker.process.events("throttle_started")
     assert throttled and {(e["user"], e["security_protocol"], e["quota_type"])
                           for e in throttled} == {("alice", "SASL_SSL", "producer_byte_rate")}
+
+
+def samples(exposition: str, name: str) -> dict[str, float]:
+    """``{labels: value}`` of one metric in a Prometheus text exposition."""
+    found = {}
+    for line in exposition.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line[len(name) + 1:].partition("} ")
+            found[labels] = float(value)
+    return found
+
+
+def test_authentication_metrics_per_listener(cluster: Any) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    broker = cluster(**{"metrics.prometheus.listener": metrics,
+                        "connection.failed.authentication.delay.ms": "0"})
+    assert AdminClient(broker.client("alice")).list_topics(timeout=20).brokers
+    assert AdminClient(broker.mtls_client()).list_topics(timeout=20).brokers
+    bad = AdminClient({**broker.client("bob"), "sasl.password": "wrong"})
+    with pytest.raises(KafkaException):
+        bad.list_topics(timeout=3)
+    exposition = scrape(metrics)
+    prefix = "kafka_server_socket_server_metrics_"
+    succeeded = samples(exposition, prefix + "successful_authentication_total")
+    failed = samples(exposition, prefix + "failed_authentication_total")
+    # one connection per broker and bootstrap server: at least one success each
+    assert succeeded['listener="SASL_SSL"'] >= 1 and succeeded['listener="SSL"'] >= 1
+    assert failed['listener="SASL_SSL"'] >= 1
+    assert 'listener="SSL"' not in failed and 'listener="PLAINTEXT"' not in succeeded
+    broker.process.stop()
+    assert failed['listener="SASL_SSL"'] == len(broker.process.events("authentication_failed"))
+    assert sum(succeeded.values()) == len(broker.process.events("authentication_succeeded"))

@@ -81,6 +81,7 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
     try:
         done, token = auth.authenticate(bytes(body.auth_bytes), trio.current_time())
     except AuthenticationFailed as failed:
+        ctx.broker.authentication_metrics.failed(connection.listener)
         emit("authentication_failed", mechanism=auth.mechanism, principal=failed.principal,
              error="SASL_AUTHENTICATION_FAILED", detail=failed.message)
         response = answer(ErrorCode.sasl_authentication_failed, failed.message)
@@ -97,6 +98,8 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
     if not done:
         return answer(ErrorCode.none, None, token)
     connection.principal = auth.principal
+    ctx.broker.authentication_metrics.succeeded(connection.listener,
+                                                reauthentication=reauthentication)
     emit("authentication_succeeded", mechanism=auth.mechanism, principal=auth.principal,
          reauthentication=reauthentication)
     return answer(ErrorCode.none, None, token, auth.reauth_ms)
