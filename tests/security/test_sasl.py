@@ -252,6 +252,47 @@ async def test_scram_credentials_admin_apis(start_broker: Any, log_events: Any) 
     assert ScramStore(running.data_dir).describe() == {"carol": {"SCRAM-SHA-256": 8192}}
 
 
+async def test_scram_credentials_admin_apis_need_cluster_acls(start_broker: Any) -> None:
+    """With ACLs on, as Kafka: DESCRIBE on the cluster to describe credentials, ALTER to change
+    them; otherwise CLUSTER_AUTHORIZATION_FAILED (31) and nothing changes."""
+    from trio_broker.server.acl import (
+        CLUSTER_NAME,
+        AclBinding,
+        AclOperation,
+        PatternType,
+        PermissionType,
+        ResourceType,
+    )
+
+    running = await start_broker({"listeners": "PLAINTEXT://127.0.0.1:0",
+                                  "authorizer.class.name": "standard"})
+    client = await WireClient.connect(running.port)
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha512", b"pw", salt, 8192)
+    upsert = AlterUserScramCredentialsRequest(deletions=(), upsertions=(
+        ScramCredentialUpsertion(name="mallory", mechanism=i8(2), iterations=i32(8192),
+                                 salt=salt, salted_password=salted),
+        ScramCredentialUpsertion(name="admin", mechanism=i8(2), iterations=i32(8192),
+                                 salt=salt, salted_password=salted)))
+    alter = await client.request(ALTER_SCRAM, 0, upsert)
+    assert [(r.user, r.error_code, r.error_message) for r in alter.results] == [
+        ("admin", 31, "Cluster authorization failed."),
+        ("mallory", 31, "Cluster authorization failed.")]
+    describe = await client.request(DESCRIBE_SCRAM, 0, DescribeUserScramCredentialsRequest(
+        users=None))
+    assert (describe.error_code, list(describe.results)) == (31, [])
+    assert ScramStore(running.data_dir).describe() == {}
+    running.broker.authorizer.add([AclBinding(
+        ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:ANONYMOUS", "*",
+        AclOperation.ALTER, PermissionType.ALLOW)], "test")  # ALTER implies DESCRIBE
+    alter = await client.request(ALTER_SCRAM, 0, upsert)
+    assert [r.error_code for r in alter.results] == [0, 0]
+    describe = await client.request(DESCRIBE_SCRAM, 0, DescribeUserScramCredentialsRequest(
+        users=None))
+    assert [r.user for r in describe.results] == ["admin", "mallory"]
+    await client.aclose()
+
+
 def test_sasl_listener_start_up_errors_name_the_key() -> None:
     config = load_config({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"})
     with pytest.raises(ConfigError, match="sasl.enabled.mechanisms.*GSSAPI"):

@@ -6,6 +6,9 @@ per connection of a SASL listener (``ConnectionInfo.auth``); the connection's re
 everything but ApiVersions and these two APIs until it is authenticated. A failed authentication
 is answered with SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms``
 (a parked wait in the purgatory: no handler task is held), then the connection closes.
+
+With ACLs on, DescribeUserScramCredentials needs DESCRIBE and AlterUserScramCredentials ALTER
+on the cluster (KafkaApis), else CLUSTER_AUTHORIZATION_FAILED for the whole request.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ...security.scram import (
     ScramCredential,
     credential_from_salted,
 )
+from ..acl import AclOperation, ResourceType
 from ..context import CloseConnection, Parked, RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -105,9 +109,23 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
     return answer(ErrorCode.none, None, token, auth.reauth_ms)
 
 
+#: Kafka's message of ClusterAuthorizationException (Errors.CLUSTER_AUTHORIZATION_FAILED).
+CLUSTER_AUTHORIZATION_FAILED = "Cluster authorization failed."
+
+
 @api_handler(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, body: Any) -> Any:
     module = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        # DescribeUserScramCredentialsRequest.getErrorResponse: the error, and one result
+        # (no user name) per user asked for.
+        denied = build(module.DescribeUserScramCredentialsResult, user="",
+                       error_code=ErrorCode.cluster_authorization_failed,
+                       error_message=CLUSTER_AUTHORIZATION_FAILED, credential_infos=())
+        return build(module.DescribeUserScramCredentialsResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=CLUSTER_AUTHORIZATION_FAILED,
+                     results=(denied,) * len(body.users or ()))
     described = await trio.to_thread.run_sync(ctx.broker.scram.describe)
     users = body.users
     results = []
@@ -144,6 +162,14 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, body: Any) ->
     mechanisms, 4096..16384 iterations, a deletion only of an existing credential; every change
     of a user fails if one of that user's changes fails."""
     module = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
+        # AlterUserScramCredentialsRequest.getErrorResponse: each user named, sorted.
+        named = sorted({c.name for c in (*body.deletions, *body.upsertions)})
+        return build(module.AlterUserScramCredentialsResponse, throttle_time=throttle(ctx),
+                     results=tuple(build(module.AlterUserScramCredentialsResult, user=user,
+                                         error_code=ErrorCode.cluster_authorization_failed,
+                                         error_message=CLUSTER_AUTHORIZATION_FAILED)
+                                   for user in named))
     store = ctx.broker.scram
     existing = await trio.to_thread.run_sync(store.describe)
     errors: dict[str, tuple[ErrorCode, str]] = {}
