@@ -9,6 +9,8 @@ certificate's subject; every ACL below names them, never ``User:ANONYMOUS``.
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -456,11 +458,76 @@ def test_only_an_authorized_user_changes_scram_credentials(cluster: Any) -> None
     with pytest.raises(KafkaException) as refused:
         bob.alter_user_scram_credentials([steal])["alice"].result(timeout=20)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-    # (DescribeUserScramCredentials is refused the same way, as Kafka answers it, but
-    # librdkafka 2.x crashes on that answer from Kafka too: tests/security/test_sasl.py covers it)
+    # (DescribeUserScramCredentials is refused the same way, in Kafka's shape, but librdkafka
+    # 2.16.0 segfaults on that answer: tests/security/test_sasl.py covers it on the wire)
     # alice still logs in with her password; the super user may change it
     assert AdminClient(broker.client("alice")).list_topics(timeout=20).brokers
     admin = broker.admin()
     admin.alter_user_scram_credentials([steal])["alice"].result(timeout=20)
     assert AdminClient({**broker.client("alice"), "sasl.password": "stolen"}).list_topics(
         timeout=20).brokers
+
+
+def documented_blocks() -> list[tuple[str, str]]:
+    """``(language, text)`` of each fenced block of docs/security.md's end-to-end section."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## End-to-end example", 1)[1].split("\n## ", 1)[0]
+    return [(lang, body) for lang, body in
+            re.findall(r"^```(\w+)\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)]
+
+
+def run_documented_commands(script: str, replace: dict[str, str]) -> list[str]:
+    """Run each ``trio_broker`` command of a documented shell block; their outputs."""
+    outputs = []
+    for command in script.replace("\\\n", " ").splitlines():
+        if not command.strip():
+            continue
+        for old, new in replace.items():
+            command = command.replace(old, new)
+        argv = shlex.split(command)
+        assert argv[0] == "trio_broker"
+        done = subprocess.run([sys.executable, "-m", "trio_broker", *argv[1:]],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (command, done.stderr)
+        outputs.append(done.stdout)
+    return outputs
+
+
+def test_the_documented_example(broker_process: Any, certs: Certs, tmp_path: Path) -> None:
+    """docs/security.md's end-to-end example, block by block, as written there."""
+    blocks = documented_blocks()
+    assert [lang for lang, _ in blocks] == ["properties", "sh", "python", "sh"]
+    (_, properties), (_, users), (_, clients), (_, quotas) = blocks
+    data_dir = tmp_path / "documented"
+    sasl, plain = free_port(), free_port()
+    replace = {"/var/lib/trio-broker": str(data_dir),
+               "/etc/trio-broker/broker.pem": str(certs.keystore),
+               "SASL_SSL://:9094": f"SASL_SSL://127.0.0.1:{sasl}",
+               "127.0.0.1:9092": f"127.0.0.1:{plain}",
+               "broker1:9094": f"127.0.0.1:{sasl}",
+               '"ca.pem"': repr(str(certs.ca_pem))}
+    settings = {}
+    for line in properties.splitlines():
+        key, _, value = line.partition("=")
+        for old, new in replace.items():
+            value = value.replace(old, new)
+        settings[key.strip()] = value.strip()
+    assert run_documented_commands(users, replace)
+    broker = broker_process(settings)
+
+    code_text = clients
+    for old, new in replace.items():
+        code_text = code_text.replace(old, new)
+    exec(compile(code_text, "docs/security.md", "exec"), {})  # noqa: S102 - our own docs
+
+    [out] = run_documented_commands(quotas, replace)
+    assert out.strip() == "Completed updating config for user alice."
+    broker.stop()
+    principals = {(e["principal"], e["api"]) for e in broker.events("request")
+                  if e["api"] in ("Produce", "InitProducerId", "JoinGroup", "Fetch",
+                                  "CreateAcls", "CreateTopics", "AlterClientQuotas")}
+    assert principals == {("User:alice", "InitProducerId"), ("User:alice", "Produce"),
+                          ("User:bob", "JoinGroup"), ("User:bob", "Fetch"),
+                          ("User:admin", "CreateAcls"), ("User:admin", "CreateTopics"),
+                          ("User:ANONYMOUS", "AlterClientQuotas")}
+    assert not broker.events("authorization_denied")
