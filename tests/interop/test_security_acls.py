@@ -4,7 +4,11 @@ with ``trio_broker scram`` before the broker starts, a SASL_SSL listener (trustm
 clients (confluent-kafka) for the admin, producers and consumers.
 
 The principals are the SASL users (``User:alice``...) or, on the mTLS listener, the client
-certificate's subject; every ACL below names them, never ``User:ANONYMOUS``.
+certificate's subject; every ACL below names them (``User:ANONYMOUS`` only for the operator
+tools on the loopback PLAINTEXT listener). Covered: producer, consumer, prefixed and DENY ACLs,
+transactional ids (consume-transform-produce), mTLS subjects, authorized operations, client
+quotas by SASL user, the authentication metrics, who may change SCRAM credentials, and
+docs/security.md's end-to-end example run as written.
 """
 
 from __future__ import annotations
