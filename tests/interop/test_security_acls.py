@@ -341,7 +341,12 @@ def test_authorized_operations_for_sasl_users(cluster: Any) -> None:
                 acl(ResourceType.BROKER, "kafka-cluster", "User:alice",
                     AclOperation.IDEMPOTENT_WRITE),
                 acl(ResourceType.TOPIC, "orders", "User:bob", AclOperation.READ),
-                acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.DESCRIBE))
+                acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.DESCRIBE),
+                acl(ResourceType.GROUP, "billing", "User:bob", AclOperation.READ))
+    bob_admin = AdminClient(broker.client("bob"))
+    group = bob_admin.describe_consumer_groups(
+        ["billing"], include_authorized_operations=True)["billing"].result(timeout=20)
+    assert ops(group.authorized_operations) == {"READ", "DESCRIBE"}
 
     def described(user: str) -> tuple[set[str], set[str]]:
         client = AdminClient(broker.client(user))
