@@ -440,6 +440,7 @@ def test_authentication_metrics_per_listener(cluster: Any) -> None:
     bad = AdminClient({**broker.client("bob"), "sasl.password": "wrong"})
     with pytest.raises(KafkaException):
         bad.list_topics(timeout=3)
+    del bad
     exposition = scrape(metrics)
     prefix = "kafka_server_socket_server_metrics_"
     succeeded = samples(exposition, prefix + "successful_authentication_total")
@@ -449,7 +450,8 @@ def test_authentication_metrics_per_listener(cluster: Any) -> None:
     assert failed['listener="SASL_SSL"'] >= 1
     assert 'listener="SSL"' not in failed and 'listener="PLAINTEXT"' not in succeeded
     broker.process.stop()
-    assert failed['listener="SASL_SSL"'] == len(broker.process.events("authentication_failed"))
+    # the refused client may have retried again since the scrape
+    assert failed['listener="SASL_SSL"'] <= len(broker.process.events("authentication_failed"))
     assert sum(succeeded.values()) == len(broker.process.events("authentication_succeeded"))
 
 

@@ -159,6 +159,10 @@ async def test_only_api_versions_and_sasl_before_authentication(start_broker: An
     client = await WireClient.connect(running.port)
     await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"))
     assert await client.closed_by_peer()
+    # Kafka's IllegalSaslStateException counts as a failed authentication
+    metrics = running.broker.authentication_metrics
+    assert metrics.total("failed", "SASL_PLAINTEXT") == 2
+    assert metrics.total("successful", "SASL_PLAINTEXT") == 0
 
 
 async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
@@ -169,6 +173,7 @@ async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_br
     assert response.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
     assert response.mechanisms == ("SCRAM-SHA-512",)
     assert await client.closed_by_peer()
+    assert running.broker.authentication_metrics.total("failed", "SASL_PLAINTEXT") == 1
 
 
 async def test_after_authentication_sasl_requests_get_illegal_sasl_state(start_broker: Any
@@ -210,6 +215,9 @@ async def test_session_lifetime_and_reauthentication(
     assert "session expired" in closed["detail"]
     assert [e["reauthentication"] for e in log_events.events("authentication_succeeded")] == [
         False, True]
+    metrics = running.broker.authentication_metrics
+    assert [metrics.total(kind, "SASL_PLAINTEXT") for kind in (
+        "successful", "successful_reauthentication", "failed")] == [1, 1, 0]
 
 
 async def test_reauthentication_cannot_change_the_principal(start_broker: Any) -> None:

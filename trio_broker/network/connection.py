@@ -298,6 +298,9 @@ class Connection:
                 # before authentication; an expired session, KIP-368).
                 self._server.memory_pool.release(reserved)
                 state = "session expired" if auth.authenticated else "not authenticated"
+                if not auth.authenticated:
+                    # An IllegalSaslStateException: Kafka counts a failed authentication.
+                    self._server.metrics.authentication.failed(self.info.listener)
                 return "illegal_sasl_state", f"{decoded.api} request while {state}"
             if decoded.api_key == API_VERSIONS_KEY:
                 self._register_client(decoded.body)

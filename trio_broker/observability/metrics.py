@@ -163,9 +163,9 @@ class AuthenticationMetrics:
 
     As Kafka's Selector counts them: a connection counts once it has authenticated (the TLS
     handshake of an SSL listener, SaslAuthenticate on a SASL listener; PLAINTEXT connections
-    never authenticate), a KIP-368 renewal as a reauthentication, and a failed TLS handshake
-    or SASL authentication as a failure. They move with the ``authentication_succeeded`` and
-    ``authentication_failed`` events.
+    never authenticate), a KIP-368 renewal as a reauthentication, and as a failure a failed TLS
+    handshake or SASL authentication, an unsupported SASL mechanism or a request before
+    authentication (Kafka's AuthenticationExceptions).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -186,6 +186,17 @@ class AuthenticationMetrics:
 
     def failed(self, listener: str) -> None:
         self._failed.labels(listener).inc()
+
+    def total(self, kind: str, listener: str) -> float:
+        """The count so far of ``kind`` (``successful``, ``successful_reauthentication`` or
+        ``failed``) on ``listener``."""
+        counter = {"successful": self._successful, "failed": self._failed,
+                   "successful_reauthentication": self._reauthentication}[kind]
+        for family in counter.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels == {"listener": listener}:
+                    return float(sample.value)
+        return 0.0
 
 
 class _ApiSeries:

@@ -51,12 +51,15 @@ async def handle_sasl_handshake(ctx: RequestContext, body: Any) -> Any:
                                             mechanisms=())
     enabled = tuple(auth.mechanisms)
     if auth.state not in (State.HANDSHAKE, State.COMPLETE):
+        ctx.broker.authentication_metrics.failed(ctx.connection.listener)
         raise CloseConnection("illegal_sasl_state")
     if auth.state is State.COMPLETE and auth.reauth_ms <= 0:
         return module.SaslHandshakeResponse(error_code=ErrorCode.illegal_sasl_state,
                                             mechanisms=enabled)
     if not auth.handshake(body.mechanism):
-        # Kafka sends UNSUPPORTED_SASL_MECHANISM with the enabled list, then closes.
+        # Kafka sends UNSUPPORTED_SASL_MECHANISM with the enabled list, then closes (and
+        # counts a failed authentication: UnsupportedSaslMechanismException).
+        ctx.broker.authentication_metrics.failed(ctx.connection.listener)
         raise CloseConnection("unsupported_sasl_mechanism", module.SaslHandshakeResponse(
             error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled))
     return module.SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=enabled)
@@ -80,6 +83,7 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
                       if auth is not None else "SASL is not enabled on this listener")
     if auth.state is not State.AUTHENTICATE:
         # Before the handshake: Kafka's IllegalSaslStateException closes without an answer.
+        ctx.broker.authentication_metrics.failed(connection.listener)
         raise CloseConnection("illegal_sasl_state")
     reauthentication = auth.reauthenticating
     try:
