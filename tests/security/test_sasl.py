@@ -159,6 +159,10 @@ async def test_only_api_versions_and_sasl_before_authentication(start_broker: An
     client = await WireClient.connect(running.port)
     await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"))
     assert await client.closed_by_peer()
+    # Kafka's IllegalSaslStateException counts as a failed authentication
+    metrics = running.broker.authentication_metrics
+    assert metrics.total("failed", "SASL_PLAINTEXT") == 2
+    assert metrics.total("successful", "SASL_PLAINTEXT") == 0
 
 
 async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
@@ -169,6 +173,7 @@ async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_br
     assert response.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
     assert response.mechanisms == ("SCRAM-SHA-512",)
     assert await client.closed_by_peer()
+    assert running.broker.authentication_metrics.total("failed", "SASL_PLAINTEXT") == 1
 
 
 async def test_after_authentication_sasl_requests_get_illegal_sasl_state(start_broker: Any
@@ -210,6 +215,9 @@ async def test_session_lifetime_and_reauthentication(
     assert "session expired" in closed["detail"]
     assert [e["reauthentication"] for e in log_events.events("authentication_succeeded")] == [
         False, True]
+    metrics = running.broker.authentication_metrics
+    assert [metrics.total(kind, "SASL_PLAINTEXT") for kind in (
+        "successful", "successful_reauthentication", "failed")] == [1, 1, 0]
 
 
 async def test_reauthentication_cannot_change_the_principal(start_broker: Any) -> None:
@@ -250,6 +258,47 @@ async def test_scram_credentials_admin_apis(start_broker: Any, log_events: Any) 
     await client.aclose()
     # stored durably: a new store on the same directory (as after a restart) sees it
     assert ScramStore(running.data_dir).describe() == {"carol": {"SCRAM-SHA-256": 8192}}
+
+
+async def test_scram_credentials_admin_apis_need_cluster_acls(start_broker: Any) -> None:
+    """With ACLs on, as Kafka: DESCRIBE on the cluster to describe credentials, ALTER to change
+    them; otherwise CLUSTER_AUTHORIZATION_FAILED (31) and nothing changes."""
+    from trio_broker.server.acl import (
+        CLUSTER_NAME,
+        AclBinding,
+        AclOperation,
+        PatternType,
+        PermissionType,
+        ResourceType,
+    )
+
+    running = await start_broker({"listeners": "PLAINTEXT://127.0.0.1:0",
+                                  "authorizer.class.name": "standard"})
+    client = await WireClient.connect(running.port)
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha512", b"pw", salt, 8192)
+    upsert = AlterUserScramCredentialsRequest(deletions=(), upsertions=(
+        ScramCredentialUpsertion(name="mallory", mechanism=i8(2), iterations=i32(8192),
+                                 salt=salt, salted_password=salted),
+        ScramCredentialUpsertion(name="admin", mechanism=i8(2), iterations=i32(8192),
+                                 salt=salt, salted_password=salted)))
+    alter = await client.request(ALTER_SCRAM, 0, upsert)
+    assert [(r.user, r.error_code, r.error_message) for r in alter.results] == [
+        ("admin", 31, "Cluster authorization failed."),
+        ("mallory", 31, "Cluster authorization failed.")]
+    describe = await client.request(DESCRIBE_SCRAM, 0, DescribeUserScramCredentialsRequest(
+        users=None))
+    assert (describe.error_code, list(describe.results)) == (31, [])
+    assert ScramStore(running.data_dir).describe() == {}
+    running.broker.authorizer.add([AclBinding(
+        ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:ANONYMOUS", "*",
+        AclOperation.ALTER, PermissionType.ALLOW)], "test")  # ALTER implies DESCRIBE
+    alter = await client.request(ALTER_SCRAM, 0, upsert)
+    assert [r.error_code for r in alter.results] == [0, 0]
+    describe = await client.request(DESCRIBE_SCRAM, 0, DescribeUserScramCredentialsRequest(
+        users=None))
+    assert [r.user for r in describe.results] == ["admin", "mallory"]
+    await client.aclose()
 
 
 def test_sasl_listener_start_up_errors_name_the_key() -> None:

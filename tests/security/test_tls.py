@@ -126,6 +126,8 @@ async def test_client_with_the_wrong_ca_fails_and_the_broker_keeps_serving(
     client = await tls_client(running.port, client_context(certs))
     assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
     await client.aclose()
+    metrics = running.broker.authentication_metrics  # Kafka's socket-server-metrics
+    assert (metrics.total("failed", "SSL"), metrics.total("successful", "SSL")) == (1, 1)
 
 
 async def test_a_silent_client_costs_its_task_until_idle_expiry_never_the_acceptor(

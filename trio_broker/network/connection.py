@@ -56,6 +56,7 @@ from .request_channel import Request, RequestChannel, ResponseAction
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
+    from ..observability.metrics import AuthenticationMetrics, BrokerMetrics
     from ..security.listeners import ListenerSecurity
     from ..server.context import ConnectionInfo
 
@@ -75,6 +76,9 @@ class ConnectionServer(Protocol):
 
     @property
     def memory_pool(self) -> MemoryPool | UnboundedPool: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
 
     def request_completed(self, request: Request, *, dropped: bool = False) -> None:
         """Metrics and the log line of a request answered or dropped."""
@@ -203,7 +207,8 @@ class Connection:
                 # Under its own deadline (connections.max.idle.ms): a client that never
                 # completes the handshake costs this task, never the acceptor.
                 failed = await tls_handshake(self.stream, self._idle_scope.deadline,
-                                             self._security, info)
+                                             self._security, info,
+                                             self._server.metrics.authentication)
                 if failed is not None:
                     reason, detail = failed
                     return
@@ -293,6 +298,9 @@ class Connection:
                 # before authentication; an expired session, KIP-368).
                 self._server.memory_pool.release(reserved)
                 state = "session expired" if auth.authenticated else "not authenticated"
+                if not auth.authenticated:
+                    # An IllegalSaslStateException: Kafka counts a failed authentication.
+                    self._server.metrics.authentication.failed(self.info.listener)
                 return "illegal_sasl_state", f"{decoded.api} request while {state}"
             if decoded.api_key == API_VERSIONS_KEY:
                 self._register_client(decoded.body)
@@ -668,7 +676,8 @@ def _socket_of(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
 
 
 async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: float,
-                        security: ListenerSecurity | None, info: ConnectionInfo
+                        security: ListenerSecurity | None, info: ConnectionInfo,
+                        metrics: AuthenticationMetrics
                         ) -> tuple[str, str] | None:
     """The TLS handshake of a new connection, by ``deadline``; on an SSL listener the principal
     comes from the client certificate. A (reason, detail) to close with when it failed."""
@@ -685,12 +694,14 @@ async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: flo
                     detail = "no principal mapping rule applies to the certificate's subject"
                 else:
                     info.principal = principal
+                    metrics.succeeded(info.listener)
                     emit("authentication_succeeded", mechanism="SSL", principal=principal,
                          reauthentication=False)
             if not detail:
                 return None
     if not detail:
         detail = "TLS handshake not completed within connections.max.idle.ms"
+    metrics.failed(info.listener)
     emit("authentication_failed", mechanism="SSL", principal="", error="SSL_HANDSHAKE_FAILED",
          detail=detail)
     return "ssl_handshake_failed", detail

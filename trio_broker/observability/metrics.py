@@ -111,6 +111,9 @@ class BrokerMetrics:
         self.connection_rejected = Counter(
             "kafka_network_connection_rejected", "Connections refused at accept time",
             ["listener", "reason"], registry=r)
+        #: successful-authentication-total, successful-reauthentication-total and
+        #: failed-authentication-total of Kafka's socket-server-metrics.
+        self.authentication = AuthenticationMetrics(r)
         self.request_handler_avg_idle_percent = Gauge(
             "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
             "Idle share of the handler tasks since the previous reading (0..1)", registry=r)
@@ -152,6 +155,48 @@ class BrokerMetrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class AuthenticationMetrics:
+    """Kafka's socket-server-metrics ``successful-authentication-total``,
+    ``successful-reauthentication-total`` and ``failed-authentication-total``, per listener.
+
+    As Kafka's Selector counts them: a connection counts once it has authenticated (the TLS
+    handshake of an SSL listener, SaslAuthenticate on a SASL listener; PLAINTEXT connections
+    never authenticate), a KIP-368 renewal as a reauthentication, and as a failure a failed TLS
+    handshake or SASL authentication, an unsupported SASL mechanism or a request before
+    authentication (Kafka's AuthenticationExceptions).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        prefix = "kafka_server_socket_server_metrics_"
+        self._successful = Counter(prefix + "successful_authentication",
+                                   "Connections that authenticated", ["listener"],
+                                   registry=registry)
+        self._reauthentication = Counter(prefix + "successful_reauthentication",
+                                         "Successful re-authentications (KIP-368)",
+                                         ["listener"], registry=registry)
+        self._failed = Counter(prefix + "failed_authentication",
+                               "Failed TLS handshakes and SASL authentications", ["listener"],
+                               registry=registry)
+
+    def succeeded(self, listener: str, *, reauthentication: bool = False) -> None:
+        (self._reauthentication if reauthentication else self._successful).labels(
+            listener).inc()
+
+    def failed(self, listener: str) -> None:
+        self._failed.labels(listener).inc()
+
+    def total(self, kind: str, listener: str) -> float:
+        """The count so far of ``kind`` (``successful``, ``successful_reauthentication`` or
+        ``failed``) on ``listener``."""
+        counter = {"successful": self._successful, "failed": self._failed,
+                   "successful_reauthentication": self._reauthentication}[kind]
+        for family in counter.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels == {"listener": listener}:
+                    return float(sample.value)
+        return 0.0
 
 
 class _ApiSeries:

@@ -129,6 +129,7 @@ class BrokerApp:
         broker = Broker(config, cluster_id, log_manager=log_manager,
                         group_coordinator=GroupCoordinator(config, log_manager),
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics,
+                        authentication_metrics=self.metrics.authentication,
                         authorizer=authorizer, scram=self.scram)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker

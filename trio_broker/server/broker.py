@@ -7,7 +7,7 @@ import attrs
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
 from ..coordinator.transaction import TransactionCoordinator
-from ..observability.metrics import BrokerTopicMetrics
+from ..observability.metrics import AuthenticationMetrics, BrokerTopicMetrics
 from ..security.scram import ScramStore
 from ..storage.manager import LogManager
 from .authorizer import Authorizer
@@ -45,6 +45,8 @@ class Broker:
     purgatory: Purgatory = attrs.field(factory=Purgatory)
     #: Kafka's BrokerTopicMetrics, counted by the produce and fetch handlers.
     topic_metrics: BrokerTopicMetrics = attrs.field(factory=BrokerTopicMetrics)
+    #: Successful and failed authentications per listener, counted by the SASL handler.
+    authentication_metrics: AuthenticationMetrics = attrs.field(factory=AuthenticationMetrics)
     #: Incremental fetch sessions (KIP-227), shared by all connections as in Kafka.
     fetch_sessions: FetchSessionCache = attrs.field(default=attrs.Factory(
         lambda self: FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots),

@@ -6,6 +6,9 @@ per connection of a SASL listener (``ConnectionInfo.auth``); the connection's re
 everything but ApiVersions and these two APIs until it is authenticated. A failed authentication
 is answered with SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms``
 (a parked wait in the purgatory: no handler task is held), then the connection closes.
+
+With ACLs on, DescribeUserScramCredentials needs DESCRIBE and AlterUserScramCredentials ALTER
+on the cluster (KafkaApis), else CLUSTER_AUTHORIZATION_FAILED for the whole request.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ...security.scram import (
     ScramCredential,
     credential_from_salted,
 )
+from ..acl import AclOperation, ResourceType
 from ..context import CloseConnection, Parked, RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -47,12 +51,15 @@ async def handle_sasl_handshake(ctx: RequestContext, body: Any) -> Any:
                                             mechanisms=())
     enabled = tuple(auth.mechanisms)
     if auth.state not in (State.HANDSHAKE, State.COMPLETE):
+        ctx.broker.authentication_metrics.failed(ctx.connection.listener)
         raise CloseConnection("illegal_sasl_state")
     if auth.state is State.COMPLETE and auth.reauth_ms <= 0:
         return module.SaslHandshakeResponse(error_code=ErrorCode.illegal_sasl_state,
                                             mechanisms=enabled)
     if not auth.handshake(body.mechanism):
-        # Kafka sends UNSUPPORTED_SASL_MECHANISM with the enabled list, then closes.
+        # Kafka sends UNSUPPORTED_SASL_MECHANISM with the enabled list, then closes (and
+        # counts a failed authentication: UnsupportedSaslMechanismException).
+        ctx.broker.authentication_metrics.failed(ctx.connection.listener)
         raise CloseConnection("unsupported_sasl_mechanism", module.SaslHandshakeResponse(
             error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled))
     return module.SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=enabled)
@@ -76,11 +83,13 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
                       if auth is not None else "SASL is not enabled on this listener")
     if auth.state is not State.AUTHENTICATE:
         # Before the handshake: Kafka's IllegalSaslStateException closes without an answer.
+        ctx.broker.authentication_metrics.failed(connection.listener)
         raise CloseConnection("illegal_sasl_state")
     reauthentication = auth.reauthenticating
     try:
         done, token = auth.authenticate(bytes(body.auth_bytes), trio.current_time())
     except AuthenticationFailed as failed:
+        ctx.broker.authentication_metrics.failed(connection.listener)
         emit("authentication_failed", mechanism=auth.mechanism, principal=failed.principal,
              error="SASL_AUTHENTICATION_FAILED", detail=failed.message)
         response = answer(ErrorCode.sasl_authentication_failed, failed.message)
@@ -97,14 +106,30 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
     if not done:
         return answer(ErrorCode.none, None, token)
     connection.principal = auth.principal
+    ctx.broker.authentication_metrics.succeeded(connection.listener,
+                                                reauthentication=reauthentication)
     emit("authentication_succeeded", mechanism=auth.mechanism, principal=auth.principal,
          reauthentication=reauthentication)
     return answer(ErrorCode.none, None, token, auth.reauth_ms)
 
 
+#: Kafka's message of ClusterAuthorizationException (Errors.CLUSTER_AUTHORIZATION_FAILED).
+CLUSTER_AUTHORIZATION_FAILED = "Cluster authorization failed."
+
+
 @api_handler(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, body: Any) -> Any:
     module = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        # DescribeUserScramCredentialsRequest.getErrorResponse: the error, and one result
+        # (no user name) per user asked for.
+        denied = build(module.DescribeUserScramCredentialsResult, user="",
+                       error_code=ErrorCode.cluster_authorization_failed,
+                       error_message=CLUSTER_AUTHORIZATION_FAILED, credential_infos=())
+        return build(module.DescribeUserScramCredentialsResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=CLUSTER_AUTHORIZATION_FAILED,
+                     results=(denied,) * len(body.users or ()))
     described = await trio.to_thread.run_sync(ctx.broker.scram.describe)
     users = body.users
     results = []
@@ -141,6 +166,14 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, body: Any) ->
     mechanisms, 4096..16384 iterations, a deletion only of an existing credential; every change
     of a user fails if one of that user's changes fails."""
     module = response_module(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
+        # AlterUserScramCredentialsRequest.getErrorResponse: each user named, sorted.
+        named = sorted({c.name for c in (*body.deletions, *body.upsertions)})
+        return build(module.AlterUserScramCredentialsResponse, throttle_time=throttle(ctx),
+                     results=tuple(build(module.AlterUserScramCredentialsResult, user=user,
+                                         error_code=ErrorCode.cluster_authorization_failed,
+                                         error_message=CLUSTER_AUTHORIZATION_FAILED)
+                                   for user in named))
     store = ctx.broker.scram
     existing = await trio.to_thread.run_sync(store.describe)
     errors: dict[str, tuple[ErrorCode, str]] = {}

@@ -3,6 +3,12 @@ AddOffsetsToTxn (25), EndTxn (26), TxnOffsetCommit (28), and the operators' Desc
 (65) and ListTransactions (66). The transaction coordinator (``coordinator/transaction``)
 decides; these handlers translate requests and answers.
 
+Authorization is KafkaApis': every transactional API needs WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), AddPartitionsToTxn WRITE on each topic,
+AddOffsetsToTxn and TxnOffsetCommit READ on the group (and TxnOffsetCommit READ on each topic);
+DescribeTransactions and ListTransactions show only the ids (and topics) the principal may
+DESCRIBE.
+
 Kafka answers PRODUCER_FENCED only to clients new enough to know it (KIP-588): older versions
 get INVALID_PRODUCER_EPOCH instead (:func:`fenced_for`).
 """
@@ -16,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from ...coordinator.coordinator import OffsetCommitEntry
 from ...coordinator.transaction.state import TxnState
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -47,16 +54,31 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, body: Any) -> Any:
     txn = ctx.broker.transaction_coordinator
     lm = ctx.broker.log_manager
     wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if lm.get_partition(*tp) is None}
     errors: dict[tuple[str, int], ErrorCode]
-    if unknown:
-        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
-                  else ErrorCode.operation_not_attempted for tp in wanted}
+    if not _may_write_txn(ctx, body.v3_and_below_transactional_id):
+        errors = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        return _add_partitions_answer(ctx, module, errors)
+    writable = {topic for topic in {t for t, _ in wanted}
+                if ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic)}
+    failed = {tp: ErrorCode.topic_authorization_failed for tp in wanted if tp[0] not in writable}
+    failed.update({tp: ErrorCode.unknown_topic_or_partition for tp in wanted
+                   if tp not in failed and lm.get_partition(*tp) is None})
+    if failed:
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     else:
         code = await txn.add_partitions(body.v3_and_below_transactional_id,
                                         int(body.v3_and_below_producer_id),
                                         int(body.v3_and_below_producer_epoch), wanted)
         errors = dict.fromkeys(wanted, fenced_for(ctx, code))
+    return _add_partitions_answer(ctx, module, errors)
+
+
+def _may_write_txn(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _add_partitions_answer(ctx: RequestContext, module: Any,
+                           errors: dict[tuple[str, int], ErrorCode]) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append(build(
@@ -72,8 +94,14 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, body: Any) -> Any:
 @api_handler(ADD_OFFSETS_TO_TXN, 0, 3)
 async def handle_add_offsets_to_txn(ctx: RequestContext, body: Any) -> Any:
     module = response_module(ADD_OFFSETS_TO_TXN, ctx.api_version)
-    code = await ctx.broker.transaction_coordinator.add_offsets(
-        body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id)
+    if not _may_write_txn(ctx, body.transactional_id):
+        code = ErrorCode.transactional_id_authorization_failed
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        code = ErrorCode.group_authorization_failed
+    else:
+        code = await ctx.broker.transaction_coordinator.add_offsets(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch),
+            body.group_id)
     return build(module.AddOffsetsToTxnResponse, throttle_time=throttle(ctx),
                  error_code=fenced_for(ctx, code))
 
@@ -81,9 +109,12 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, body: Any) -> Any:
 @api_handler(END_TXN, 0, 3)
 async def handle_end_txn(ctx: RequestContext, body: Any) -> Any:
     module = response_module(END_TXN, ctx.api_version)
-    code = await ctx.broker.transaction_coordinator.end_txn(
-        body.transactional_id, int(body.producer_id), int(body.producer_epoch),
-        bool(body.committed))
+    if not _may_write_txn(ctx, body.transactional_id):
+        code = ErrorCode.transactional_id_authorization_failed
+    else:
+        code = await ctx.broker.transaction_coordinator.end_txn(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch),
+            bool(body.committed))
     return build(module.EndTxnResponse, throttle_time=throttle(ctx),
                  error_code=fenced_for(ctx, code))
 
@@ -97,12 +128,28 @@ async def handle_txn_offset_commit(ctx: RequestContext, body: Any) -> Any:
             offsets[(topic.name, int(part.partition_index))] = OffsetCommitEntry(
                 int(part.committed_offset), int(getattr(part, "committed_leader_epoch", -1)),
                 part.committed_metadata)
-    results = await ctx.broker.transaction_coordinator.txn_offset_commit(
-        transactional_id=body.transactional_id, group_id=body.group_id,
-        producer_id=int(body.producer_id), producer_epoch=int(body.producer_epoch),
-        generation_id=int(getattr(body, "generation_id", -1)),
-        member_id=getattr(body, "member_id", "") or "",
-        group_instance_id=getattr(body, "group_instance_id", None), offsets=offsets)
+    results: dict[tuple[str, int], ErrorCode]
+    if not _may_write_txn(ctx, body.transactional_id):
+        results = dict.fromkeys(offsets, ErrorCode.transactional_id_authorization_failed)
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        results = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+    else:
+        readable = {topic for topic in {t for t, _ in offsets}
+                    if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic)}
+        lm = ctx.broker.log_manager
+        # Kafka commits the authorized, existing partitions and answers the others.
+        results = {tp: ErrorCode.topic_authorization_failed for tp in offsets
+                   if tp[0] not in readable}
+        results.update({tp: ErrorCode.unknown_topic_or_partition for tp in offsets
+                        if tp not in results and lm.get_partition(*tp) is None})
+        rest = {tp: entry for tp, entry in offsets.items() if tp not in results}
+        if rest:
+            results.update(await ctx.broker.transaction_coordinator.txn_offset_commit(
+                transactional_id=body.transactional_id, group_id=body.group_id,
+                producer_id=int(body.producer_id), producer_epoch=int(body.producer_epoch),
+                generation_id=int(getattr(body, "generation_id", -1)),
+                member_id=getattr(body, "member_id", "") or "",
+                group_instance_id=getattr(body, "group_instance_id", None), offsets=rest))
     topics = []
     for topic in body.topics:
         parts = tuple(build(module.TxnOffsetCommitResponsePartition,
@@ -132,7 +179,10 @@ async def handle_describe_transactions(ctx: RequestContext, body: Any) -> Any:
     txn = ctx.broker.transaction_coordinator
     states = []
     for txn_id in body.transactional_ids:
-        code, meta = txn.describe(txn_id)
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            code, meta = ErrorCode.transactional_id_authorization_failed, None
+        else:
+            code, meta = txn.describe(txn_id)
         if meta is None:
             states.append(build(module.TransactionState, error_code=code,
                                 transactional_id=txn_id, transaction_state="",
@@ -142,6 +192,9 @@ async def handle_describe_transactions(ctx: RequestContext, body: Any) -> Any:
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions):
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic,
+                                 log_if_denied=False):
+                continue  # Kafka leaves out the topics the principal may not describe
             by_topic.setdefault(topic, []).append(partition)
         states.append(build(
             module.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
@@ -169,6 +222,9 @@ async def handle_list_transactions(ctx: RequestContext, body: Any) -> Any:
         int(getattr(body, "duration_filter", -1)))
     if unknown and len(unknown) == len(states):
         found = []  # only unknown states asked for: nothing can match
+    found = [m for m in found if ctx.authorize(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id,
+        log_if_denied=False)]
     return build(module.ListTransactionsResponse, throttle_time=throttle(ctx), error_code=code,
                  unknown_state_filters=unknown,
                  transaction_states=tuple(
