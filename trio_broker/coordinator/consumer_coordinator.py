@@ -152,8 +152,27 @@ class ConsumerGroups:
                                    [(encode_snapshot_key(group_id), value)])
 
     def _emit(self, group: ConsumerGroup) -> None:
+        gid = group.group_id
         for event in group.take_events():
-            emit(event.name, group_id=group.group_id, **event.fields)
+            f: Mapping[str, Any] = event.fields
+            if event.name == "group_member_joined":
+                emit("group_member_joined", group_id=gid, member_id=f["member_id"],
+                     group_instance_id=f["group_instance_id"] or "",
+                     member_epoch=f["member_epoch"], rejoined=f["rejoined"])
+            elif event.name == "group_member_left":
+                emit("group_member_left", group_id=gid, member_id=f["member_id"],
+                     group_instance_id=f["group_instance_id"] or "", reason=f["reason"])
+            elif event.name == "group_member_fenced":
+                emit("group_member_fenced", group_id=gid, member_id=f["member_id"],
+                     member_epoch=f["member_epoch"], request_epoch=f["request_epoch"],
+                     reason=f["reason"])
+            elif event.name == "assignment_changed":
+                emit("assignment_changed", group_id=gid, member_id=f["member_id"],
+                     member_epoch=f["member_epoch"], state=f["state"], added=f["added"],
+                     removed=f["removed"])
+            elif event.name == "consumer_group_epoch_bumped":
+                emit("consumer_group_epoch_bumped", group_id=gid,
+                     group_epoch=f["group_epoch"], reason=f["reason"])
 
     # ----------------------------------------------------------------- timers
     def _touch(self, group: ConsumerGroup, member_id: str) -> None:
