@@ -197,20 +197,23 @@ class ConsumerGroup:
                 _compiled(req.subscribed_topic_regex)
             except re.error as exc:
                 raise HeartbeatError("invalid_regular_expression", str(exc)) from None
+        epoch = self.group_epoch
         member = self._member_for(req)
         before = member
         member = self._update_fields(member, req)
-        if member != before and self._subscription_changed(before, member):
-            self._bump(f"subscription of {member.member_id} changed")
         self.members[member.member_id] = member
-        if self._metadata_changed(topics):
-            self._bump("subscribed topic metadata changed")
+        # One bump per heartbeat, whatever changed (a join, a subscription, the metadata).
+        if self.group_epoch == epoch:
+            if self._subscription_changed(before, member):
+                self._bump(f"subscription of {member.member_id} changed")
+            elif self._metadata_changed(topics):
+                self._bump("subscribed topic metadata changed")
         if self.assignment_epoch != self.group_epoch:
             self._compute_target(topics)
         updated = self._reconcile(member, req.owned)
         self.members[updated.member_id] = updated
         send = updated.assigned != before.assigned or req.owned is not None or \
-            updated.member_epoch != before.member_epoch
+            updated.member_epoch != before.member_epoch or req.member_epoch == JOIN_EPOCH
         return HeartbeatResult(updated.member_id, updated.member_epoch,
                                self.settings.heartbeat_interval_ms,
                                updated.assigned if send else None)
@@ -234,9 +237,9 @@ class ConsumerGroup:
                     target = self.target.pop(old_id, EMPTY)
                     self.target[member_id] = target
                     self.static_members[req.instance_id] = member_id
-                    member = attrs.evolve(old, member_id=member_id,
-                                          member_epoch=self.assignment_epoch,
-                                          previous_member_epoch=old.previous_member_epoch)
+                    # Epoch 0: reconciliation moves it to the current epoch with what it had.
+                    member = attrs.evolve(old, member_id=member_id, member_epoch=0,
+                                          previous_member_epoch=-1, state=STABLE)
                     self.events.append(Event("group_member_joined", {
                         "member_id": member_id, "group_instance_id": req.instance_id,
                         "member_epoch": member.member_epoch, "rejoined": True}))
@@ -366,10 +369,9 @@ class ConsumerGroup:
                                  f"Member {req.member_id} is not a member of group "
                                  f"{self.group_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
-            # A static member that will come back: it keeps its target assignment and is
-            # not removed; its partitions are released for nobody in the meantime.
-            self.members[member.member_id] = attrs.evolve(
-                member, member_epoch=STATIC_LEAVE_EPOCH, assigned=EMPTY, revoking=EMPTY)
+            # A static member that will come back: it keeps its target assignment and its
+            # partitions (nobody else gets them meanwhile) until its session expires.
+            self.members[member.member_id] = attrs.evolve(member, member_epoch=STATIC_LEAVE_EPOCH)
             self.events.append(Event("group_member_left", {
                 "member_id": member.member_id, "group_instance_id": member.instance_id,
                 "reason": "static member leaving temporarily"}))
