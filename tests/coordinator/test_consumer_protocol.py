@@ -107,3 +107,27 @@ async def test_consumer_member_refused_in_a_classic_group(
     await harness.join_new("cg")
     error, message, _ = await beat(harness, "a", 0, group="cg", subscribed_topic_names=("t",))
     assert error == E.group_id_not_found and "not a consumer group" in (message or "")
+
+
+async def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any, log_events: Any) -> None:
+    await harness.start(nursery)
+    harness.create_topic("t", 4)
+    everything = frozenset(("t", p) for p in range(4))
+    await beat(harness, "a", 0, subscribed_topic_names=("t",), rebalance_timeout_ms=5000)
+    _, _, b = await beat(harness, "b", 0, subscribed_topic_names=("t",))
+    group = harness.coord.consumer_groups.groups["g"]
+    # a is asked to give up half but keeps reporting everything (it never revokes).
+    for _ in range(4):
+        error, _, _ = await beat(harness, "a", 1, owned=everything)
+        assert error == 0
+        await beat(harness, "b", b.member_epoch, owned=frozenset())
+        await trio.sleep(1)
+    assert "a" in group.members
+    await trio.sleep(2)
+    assert "a" not in group.members
+    fenced = log_events.events("group_member_fenced")
+    assert fenced and "rebalance timeout" in fenced[0]["reason"]
+    # b now gets every partition.
+    error, _, result = await beat(harness, "b", b.member_epoch, owned=frozenset())
+    assert error == 0 and result.assignment == everything

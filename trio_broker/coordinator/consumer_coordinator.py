@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from ..observability.log import emit
 from .consumer_group import (
     STATIC_LEAVE_EPOCH,
+    UNREVOKED,
     ConsumerGroup,
     GroupSettings,
     HeartbeatError,
@@ -71,6 +72,9 @@ class ConsumerGroups:
         self.groups: dict[str, ConsumerGroup] = {}
         self._loaded: dict[str, dict[str, Any] | None] = {}
         self._timers: dict[tuple[str, str], trio.CancelScope] = {}
+        #: Members told to revoke partitions: fenced when they have not within their
+        #: rebalance timeout (Kafka's revocation timeout).
+        self._revocations: dict[tuple[str, str], trio.CancelScope] = {}
 
     # ---------------------------------------------------------------- loading
     def load_record(self, key: bytes, value: bytes | None) -> bool:
@@ -135,6 +139,7 @@ class ConsumerGroups:
             self._touch(group, req.member_id)
         elif req.member_id not in group.members:
             self._cancel(group_id, req.member_id)
+        self._watch_revocation(group, req.member_id)
         error = await self._persist(group, before)
         if error:
             return error, None, None
@@ -190,6 +195,36 @@ class ConsumerGroups:
         if scope is not None:
             scope.deadline = trio.current_time() + 10**9
             scope.cancel()
+
+    def _watch_revocation(self, group: ConsumerGroup, member_id: str) -> None:
+        member = group.members.get(member_id)
+        key = (group.group_id, member_id)
+        revoking = member is not None and member.state == UNREVOKED
+        scope = self._revocations.get(key)
+        if not revoking:
+            if scope is not None:
+                del self._revocations[key]
+                scope.cancel()
+            return
+        if scope is None and member is not None:
+            deadline = trio.current_time() + member.rebalance_timeout_ms / 1000
+            scope = self._revocations[key] = trio.CancelScope(deadline=deadline)
+            self.coord._spawn(self._revocation, group.group_id, member_id, scope)
+
+    async def _revocation(self, group_id: str, member_id: str, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if self._revocations.get((group_id, member_id)) is not scope:
+            return  # revoked in time: the scope was cancelled and forgotten
+        del self._revocations[(group_id, member_id)]
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None or member.state != UNREVOKED:
+            return
+        group.remove(member_id, "rebalance timeout expired before revocation", fenced=True)
+        self._cancel(group_id, member_id)
+        self._emit(group)
+        self._write(group_id, group.snapshot())
 
     async def _session(self, group_id: str, member_id: str, scope: trio.CancelScope) -> None:
         with scope:
