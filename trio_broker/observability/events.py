@@ -267,7 +267,7 @@ _EVENT_LIST = [
           {**_GROUP, "member_id": STRING, "member_epoch": LONG, "state": STRING,
            "added": STRING, "removed": STRING}),
     _spec("consumer_group_epoch_bumped", "A consumer-protocol group's epoch went up.",
-          {**_GROUP, "group_epoch": LONG, "reason": STRING}, "debug"),
+          {**_GROUP, "group_epoch": LONG, "reason": STRING}),
     _spec("static_member_replaced", "A static member rejoined and got a new member id.",
           {**_GROUP, "group_instance_id": STRING, "old_member_id": STRING,
            "member_id": STRING, "rebalance": BOOLEAN}),
