@@ -169,3 +169,35 @@ def test_classic_member_refused_in_a_consumer_group_and_describe(broker_process:
     assert described.type.name == "CONSUMER"
     assert [len(m.assignment.topic_partitions) for m in described.members] == [3]
     modern.close()
+
+
+def test_static_member_comes_back_to_its_partitions(broker_process: Any) -> None:
+    process = broker_process(OVERRIDES)
+    bootstrap = process.bootstrap
+    topic = f"static-{uuid.uuid4().hex[:6]}"
+    group = f"static-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 4)
+
+    def member(instance: str) -> Consumer:
+        c = consumer(bootstrap, group, instance, **{"group.instance.id": instance})
+        c.subscribe([topic])
+        return c
+
+    first, second = member("i1"), member("i2")
+
+    def poll_all(*members: Consumer) -> Callable[[], None]:
+        return lambda: [c.poll(0.05) for c in members] and None
+
+    wait_until(lambda: sorted([len(first.assignment()), len(second.assignment())]) == [2, 2], 30,
+               poll_all(first, second), "a 2/2 split")
+    before = sorted(p.partition for p in first.assignment())
+    first.close()  # a static member leaves with epoch -2: its partitions wait for it
+    first = member("i1")
+    wait_until(lambda: len(first.assignment()) == 2, 30, poll_all(first, second),
+               "the static member's partitions back")
+    assert sorted(p.partition for p in first.assignment()) == before
+    assert len(second.assignment()) == 2
+    first.close()
+    second.close()
+    rejoined = [e for e in process.events("group_member_joined") if e["rejoined"]]
+    assert [e["group_instance_id"] for e in rejoined] == ["i1"]
