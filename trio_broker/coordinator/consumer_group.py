@@ -19,6 +19,7 @@ The rules are Kafka's (``GroupMetadataManager`` and ``CurrentAssignmentBuilder``
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -99,7 +100,7 @@ class Member:
         if topic in self.subscribed_topic_names:
             return True
         regex = self.subscribed_topic_regex
-        return regex is not None and _regex(regex).fullmatch(topic) is not None
+        return regex is not None and _matches(regex, topic)
 
 
 @attrs.frozen
@@ -119,8 +120,10 @@ class HeartbeatResult:
     assignment: Partitions | None
 
 
-def _regex(pattern: str) -> re.Pattern[str]:
-    return _compiled(pattern)
+@functools.lru_cache(maxsize=65536)
+def _matches(pattern: str, topic: str) -> bool:
+    # Every heartbeat re-resolves regex subscriptions against all topics: remember answers.
+    return _compiled(pattern).fullmatch(topic) is not None
 
 
 _CACHE: dict[str, re.Pattern[str]] = {}
