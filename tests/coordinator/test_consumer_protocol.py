@@ -48,7 +48,7 @@ async def test_session_expiry_fences_a_silent_member(
     await trio.sleep(9)
     group = harness.coord.consumer_groups.groups["g"]
     assert set(group.members) == {"a", "b"}
-    await trio.sleep(2)  # b has been silent for 11 s > 10 s
+    await trio.sleep(2.5)  # b has been silent for 11.5 s > 10 s; a has heartbeat since
     assert set(group.members) == {"a"}
     fenced = log_events.events("group_member_fenced")
     assert fenced and fenced[0]["member_id"] == "b"
@@ -131,3 +131,20 @@ async def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout
     # b now gets every partition.
     error, _, result = await beat(harness, "b", b.member_epoch, owned=frozenset())
     assert error == 0 and result.assignment == everything
+
+
+async def test_offsets_of_an_active_consumer_group_expire_only_for_unsubscribed_topics(
+        tmp_path: Path, nursery: trio.Nursery, autojump_clock: Any) -> None:
+    # A session longer than the retention keeps the member without heartbeats.
+    harness = Harness(tmp_path / "data", {"group.consumer.session.timeout.ms": "900000000"})
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 1)
+    harness.create_topic("old", 1)
+    _, _, joined = await beat(harness, "a", 0, subscribed_topic_names=("t",))
+    offsets = {("t", 0): OffsetCommitEntry(5), ("old", 0): OffsetCommitEntry(9)}
+    await coord.commit_offsets(group_id="g", generation_id=joined.member_epoch, member_id="a",
+                               group_instance_id=None, offsets=offsets)
+    await trio.sleep(8 * 24 * 3600)  # past offsets.retention.minutes (7 days)
+    coord.expire_offsets()
+    found = coord.fetch_offsets("g", [("t", 0), ("old", 0)])[1]
+    assert found[("t", 0)] is not None and found[("old", 0)] is None

@@ -270,6 +270,22 @@ class ConsumerGroups:
             return E.stale_member_epoch
         return E.none
 
+    def expired_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], Any], now: int,
+                        retention: int) -> list[tuple[str, int]] | None:
+        """Offsets of a consumer group past ``offsets.retention.minutes`` (None: not one).
+
+        As Kafka: while the group has members only offsets of topics nobody subscribes to
+        expire; an empty group's offsets expire by their commit time.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        old = [tp for tp, c in offsets.items() if now - c.commit_timestamp_ms >= retention]
+        if not group.members:
+            return old
+        return [tp for tp in old
+                if not any(m.subscribes_to(tp[0]) for m in group.members.values())]
+
     async def delete(self, group_id: str) -> int | None:
         """DeleteGroups for a consumer group: None when it is not one."""
         group = self.groups.get(group_id)

@@ -1189,7 +1189,10 @@ class GroupCoordinator:
         retention = self.config.offsets_retention_minutes * 60 * 1000
         total = 0
         for group in list(self._groups.values()):
-            expired = self._expired_offsets(group, now, retention)
+            expired = self.consumer_groups.expired_offsets(group.group_id, group.offsets, now,
+                                                           retention)
+            if expired is None:
+                expired = self._expired_offsets(group, now, retention)
             if expired:
                 total += len(expired)
                 for tp in expired:
