@@ -148,3 +148,20 @@ async def test_offsets_of_an_active_consumer_group_expire_only_for_unsubscribed_
     coord.expire_offsets()
     found = coord.fetch_offsets("g", [("t", 0), ("old", 0)])[1]
     assert found[("t", 0)] is not None and found[("old", 0)] is None
+
+
+async def test_an_empty_classic_group_becomes_a_consumer_group_keeping_its_offsets(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any) -> None:
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 1)
+    joined = await harness.join_new("g")
+    synced = await harness.sync("g", joined.generation_id, joined.member_id,
+                                {joined.member_id: b""})
+    assert synced.error == 0
+    await coord.commit_offsets(group_id="g", generation_id=joined.generation_id,
+                               member_id=joined.member_id, group_instance_id=None,
+                               offsets={("t", 0): OffsetCommitEntry(7)})
+    assert coord.leave_group("g", [(joined.member_id, None, None)])[1] == [0]
+    error, _, result = await beat(harness, "a", 0, subscribed_topic_names=("t",))
+    assert error == 0 and result.assignment == frozenset({("t", 0)})
+    assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 7  # type: ignore

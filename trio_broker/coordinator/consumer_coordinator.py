@@ -115,8 +115,8 @@ class ConsumerGroups:
         if not group_id:
             return E.invalid_group_id, "GroupId can't be empty.", None
         classic = coord.groups.get(group_id)
-        if classic is not None and (classic.members or classic.pending_members
-                                    or classic.protocol_type):
+        # An empty classic group (offsets only) becomes a consumer group, as Kafka converts it.
+        if classic is not None and (classic.members or classic.pending_members):
             return E.group_id_not_found, f"Group {group_id} is not a consumer group.", None
         group = self.groups.get(group_id)
         created = group is None
