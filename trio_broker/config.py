@@ -154,7 +154,15 @@ def _comma_list(allowed: frozenset[str]) -> Validator:
     return check
 
 
-_protocol_list = _comma_list(frozenset({"classic", "consumer"}))
+_any_protocols = _comma_list(frozenset({"classic", "consumer"}))
+
+
+def _protocol_list(value: Any) -> str | None:
+    """Comma-separated list of classic, consumer; classic is required (as in Kafka)"""
+    problem = _any_protocols(value)
+    if problem is None and "classic" not in [v.strip() for v in str(value).split(",")]:
+        return "must contain classic"
+    return problem
 _assignor_list = _comma_list(frozenset({"uniform", "range"}))
 
 

@@ -63,7 +63,6 @@ class ConsumerGroups:
         self.coord = coordinator
         config = coordinator.config
         self.enabled = "consumer" in _names(config.group_coordinator_rebalance_protocols)
-        self.classic_enabled = "classic" in _names(config.group_coordinator_rebalance_protocols)
         self.settings = GroupSettings(
             session_timeout_ms=config.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,

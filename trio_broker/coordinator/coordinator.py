@@ -646,8 +646,7 @@ class GroupCoordinator:
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
                 <= self.config.group_max_session_timeout_ms):
             return fail(E.invalid_session_timeout)
-        if not self.consumer_groups.classic_enabled or \
-                self.consumer_groups.refuses_classic(group_id):
+        if self.consumer_groups.refuses_classic(group_id):
             return fail(E.inconsistent_group_protocol)
         group = self._groups.get(group_id)
         if group is None:
