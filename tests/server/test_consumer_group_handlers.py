@@ -106,3 +106,11 @@ async def test_member_life_over_the_wire(start_broker: Any, autojump_clock: Any)
         left = await client.request(68, 1, _heartbeat(member, -1))
         assert left.error_code == E.none and left.member_epoch == -1
         assert not broker.broker.group_coordinator.consumer_groups.groups["g"].members
+
+
+async def test_consumer_protocol_switched_off(start_broker: Any, autojump_clock: Any) -> None:
+    broker = await start_broker({"group.coordinator.rebalance.protocols": "classic"})
+    async with await WireClient.connect(broker.port) as client:
+        answer = await client.request(68, 1, _heartbeat(
+            "m", 0, subscribed_topic_names=("t",), topic_partitions=()))
+        assert answer.error_code == E.unsupported_version and answer.error_message
