@@ -195,6 +195,15 @@ def test_snapshot_round_trip() -> None:
     restored = ConsumerGroup.restore("g", GroupSettings(), group.snapshot())
     assert restored.snapshot() == group.snapshot()
     assert restored.members == group.members and restored.static_members == {"i": "a"}
+    # The cheap change detector agrees with the snapshot: a no-op heartbeat changes neither.
+    token, snapshot = group.state_token(), group.snapshot()
+    beat(group, "b", owned=frozenset())
+    beat(group, "b", owned=frozenset())
+    token, snapshot = group.state_token(), group.snapshot()
+    beat(group, "b", owned=frozenset())
+    assert group.state_token() == token and group.snapshot() == snapshot
+    beat(group, "a", owned=group.target["a"])
+    assert group.state_token() != token and group.snapshot() != snapshot
 
 
 @settings(max_examples=150, deadline=None)

@@ -124,7 +124,7 @@ class ConsumerGroups:
                 return E.unknown_member_id, f"Group {group_id} has no member {req.member_id}.", \
                     None
             group = ConsumerGroup(group_id, self.settings)
-        before = group.snapshot()
+        before = group.state_token()
         try:
             result = group.heartbeat(req, self.topics())
         except HeartbeatError as exc:
@@ -144,11 +144,10 @@ class ConsumerGroups:
             return error, None, None
         return E.none, None, result
 
-    async def _persist(self, group: ConsumerGroup, before: Mapping[str, Any]) -> int:
-        after = group.snapshot()
-        if after == before:
+    async def _persist(self, group: ConsumerGroup, before: tuple[object, ...]) -> int:
+        if group.state_token() == before:
             return E.none
-        return int(await self._write(group.group_id, after).wait())
+        return int(await self._write(group.group_id, group.snapshot()).wait())
 
     def _write(self, group_id: str, snapshot: Mapping[str, Any] | None) -> Any:
         value = None if snapshot is None else json.dumps(snapshot, sort_keys=True).encode()
@@ -235,12 +234,9 @@ class ConsumerGroups:
         group = self.groups.get(group_id)
         if group is None:
             return
-        before = group.snapshot()
         if group.remove(member_id, "session timeout expired", fenced=True):
             self._emit(group)
-            after = group.snapshot()
-            if after != before:
-                self._write(group_id, after)
+            self._write(group_id, group.snapshot())
 
     # ------------------------------------------------------ shared with classic
     def refuses_classic(self, group_id: str) -> bool:

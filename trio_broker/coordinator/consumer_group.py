@@ -406,6 +406,12 @@ class ConsumerGroup:
         return True
 
     # ----------------------------------------------------------- persistence
+    def state_token(self) -> tuple[object, ...]:
+        """A cheap value that differs whenever :meth:`snapshot` would: shallow copies whose
+        comparison short-cuts on the (immutable) members and partition sets left unchanged."""
+        return (self.group_epoch, self.assignment_epoch, dict(self.members), dict(self.target),
+                dict(self.subscribed_topics))
+
     def snapshot(self) -> dict[str, object]:
         """The whole group as plain data (what ``__consumer_offsets`` keeps)."""
         return {
