@@ -316,8 +316,16 @@ class ConsumerGroup:
 
     def subscribed_metadata(self, topics: Mapping[str, int]) -> dict[str, int]:
         """Partition counts of the topics some member subscribes to (names or regex)."""
+        names: set[str] = set()
+        patterns: set[str] = set()
+        for m in self.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex is not None:
+                patterns.add(m.subscribed_topic_regex)
+        if not patterns:
+            return {t: topics[t] for t in sorted(names) if t in topics}
         return {t: n for t, n in topics.items()
-                if any(m.subscribes_to(t) for m in self.members.values())}
+                if t in names or any(_matches(p, t) for p in patterns)}
 
     def _metadata_changed(self, topics: Mapping[str, int]) -> bool:
         return self.subscribed_metadata(topics) != self.subscribed_topics
