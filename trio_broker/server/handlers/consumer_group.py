@@ -12,6 +12,7 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.consumer_group import HeartbeatRequest, Partitions
+from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
 from .group_admin import GROUP_AUTHORIZED_OPERATIONS, INT32_MIN
@@ -55,6 +56,15 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any
     coord = coordinator(ctx)
     if coord is None:
         return answer(ErrorCode.coordinator_not_available)
+    # Kafka's checks: READ on the group, DESCRIBE on every subscribed topic name.
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return answer(ErrorCode.group_authorization_failed)
+    if body.subscribed_topic_names and ctx.broker.authorizer is not None:
+        denied = [t for t in body.subscribed_topic_names
+                  if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)]
+        if denied:
+            return answer(ErrorCode.topic_authorization_failed,
+                          "Unauthorized topics: " + ", ".join(sorted(denied)))
     owned: Partitions | None = None
     if body.topic_partitions is not None:
         names = _names_by_id(ctx)
@@ -94,10 +104,17 @@ async def handle_consumer_group_describe(ctx: RequestContext, body: Any) -> Any:
     assignment_cls = nested(cls, "Assignment")
     tp_cls = nested(cls, "TopicPartitions")
     coord = coordinator(ctx)
-    operations = GROUP_AUTHORIZED_OPERATIONS \
-        if getattr(body, "include_authorized_operations", False) else INT32_MIN
+    with_ops = bool(getattr(body, "include_authorized_operations", False))
     described = []
     for group_id in body.group_ids:
+        operations = ctx.authorized_operations(
+            ResourceType.GROUP, group_id, GROUP_AUTHORIZED_OPERATIONS) if with_ops else INT32_MIN
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(build(group_cls, error_code=ErrorCode.group_authorization_failed,
+                                   group_id=group_id, group_state="", group_epoch=-1,
+                                   assignment_epoch=-1, assignor_name="", members=(),
+                                   authorized_operations=INT32_MIN))
+            continue
         group = None if coord is None else coord.consumer_groups.groups.get(group_id)
         if group is None:
             if coord is None:
