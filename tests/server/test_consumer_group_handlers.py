@@ -19,6 +19,7 @@ from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.static.primitive import i32, i32Timedelta
 
 from tests.kafka_wire import WireClient
+from tests.server.test_acls import ON, Op, R, binding
 from trio_broker.protocol.codec import decode_request
 from trio_broker.server.registry import supported_versions
 
@@ -114,3 +115,25 @@ async def test_consumer_protocol_switched_off(start_broker: Any, autojump_clock:
         answer = await client.request(68, 1, _heartbeat(
             "m", 0, subscribed_topic_names=("t",), topic_partitions=()))
         assert answer.error_code == E.unsupported_version and answer.error_message
+
+
+async def test_acls_group_read_and_topic_describe(start_broker: Any, autojump_clock: Any) -> None:
+    broker = await start_broker({**ON, "super.users": "User:admin"})
+    broker.broker.log_manager.create_topic("t", 1)
+    async with await WireClient.connect(broker.port) as client:
+        join = _heartbeat("m", 0, subscribed_topic_names=("t",), topic_partitions=())
+        denied = await client.request(68, 1, join)
+        assert denied.error_code == E.group_authorization_failed
+        # Added on the broker's authorizer directly (CreateAcls needs a super user).
+        authorizer = broker.broker.authorizer
+        authorizer.add([binding("g", Op.READ, rt=R.GROUP), binding("g", Op.DESCRIBE, rt=R.GROUP)],
+                       "User:admin")
+        no_topic = await client.request(68, 1, join)
+        assert no_topic.error_code == E.topic_authorization_failed
+        authorizer.add([binding("t", Op.DESCRIBE)], "User:admin")
+        assert (await client.request(68, 1, join)).error_code == E.none
+        described = await client.request(69, 0, ConsumerGroupDescribeRequest(
+            group_ids=("g", "other"), include_authorized_operations=True))
+        ours, other = described.groups
+        assert ours.error_code == E.none and ours.authorized_operations == (1 << 3) | (1 << 8)
+        assert other.error_code == E.group_authorization_failed
