@@ -126,14 +126,9 @@ def _matches(pattern: str, topic: str) -> bool:
     return _compiled(pattern).fullmatch(topic) is not None
 
 
-_CACHE: dict[str, re.Pattern[str]] = {}
-
-
+@functools.lru_cache(maxsize=1024)
 def _compiled(pattern: str) -> re.Pattern[str]:
-    found = _CACHE.get(pattern)
-    if found is None:
-        found = _CACHE[pattern] = re.compile(pattern)
-    return found
+    return re.compile(pattern)
 
 
 def _format(partitions: Partitions) -> str:
@@ -192,7 +187,7 @@ class ConsumerGroup:
         """Handle one ConsumerGroupHeartbeat; raises :class:`HeartbeatError` to refuse it."""
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(req)
-        if req.server_assignor is not None and req.server_assignor not in self.settings.assignors:
+        if req.server_assignor and req.server_assignor not in self.settings.assignors:
             raise HeartbeatError("unsupported_assignor",
                                  f"Assignor {req.server_assignor} is not supported.")
         if req.subscribed_topic_regex is not None:
