@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from .test_groups import create_topic, produce, wait_until
@@ -35,16 +35,26 @@ class Reader:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        #: Records whose commit was refused (STALE_MEMBER_EPOCH while the member's epoch moved
+        #: on): the only ones another member may read again.
+        self.uncommitted: set[str] = set()
 
     def poll(self, members: list[Consumer]) -> Callable[[], None]:
         def step() -> None:
             for c in members:
                 message = c.poll(0.05)
                 if message is not None and message.error() is None:
-                    self.counts[message.value().decode()] += 1
+                    value = message.value().decode()
+                    self.counts[value] += 1
                     # Synchronous commit after each record: a record read is committed
-                    # before the consumer can lose its partition, so nothing is read twice.
-                    c.commit(message=message, asynchronous=False)
+                    # before the consumer can lose its partition, so nothing is read twice,
+                    # unless the commit is refused because a rebalance moved the epoch on.
+                    try:
+                        c.commit(message=message, asynchronous=False)
+                    except KafkaException as exc:
+                        if exc.args[0].code() != KafkaError.STALE_MEMBER_EPOCH:
+                            raise
+                        self.uncommitted.add(value)
         return step
 
 
@@ -103,8 +113,9 @@ def test_three_consumers_read_every_record_once_while_members_join_and_leave(
     for c in members:
         c.close()
     assert set(reader.counts) == expected
-    duplicates = {value: n for value, n in reader.counts.items() if n > 1}
-    assert not duplicates, f"records read more than once: {sorted(duplicates)[:10]}"
+    duplicates = {value for value, n in reader.counts.items() if n > 1}
+    assert duplicates <= reader.uncommitted, \
+        f"committed records read again: {sorted(duplicates - reader.uncommitted)[:10]}"
     joined = process.events("group_member_joined")
     assert len({e["member_id"] for e in joined}) >= 6
     assert process.events("assignment_changed")
