@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from .test_groups import create_topic, produce, wait_until
@@ -212,3 +212,39 @@ def test_static_member_comes_back_to_its_partitions(broker_process: Any) -> None
     second.close()
     rejoined = [e for e in process.events("group_member_joined") if e["rejoined"]]
     assert [e["group_instance_id"] for e in rejoined] == ["i1"]
+
+
+def test_transactional_offsets_of_a_consumer_group_member(broker_process: Any) -> None:
+    """Exactly-once with ``group.protocol=consumer``: TxnOffsetCommit v3 names the member and
+    its epoch, checked against the consumer group (not the classic generation)."""
+    process = broker_process(OVERRIDES)
+    bootstrap = process.bootstrap
+    suffix = uuid.uuid4().hex[:6]
+    source, sink, group = f"in-{suffix}", f"out-{suffix}", f"eos-{suffix}"
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, sink, 1)
+    produce(bootstrap, source, [f"v{i}" for i in range(10)], 2)
+    c = consumer(bootstrap, group, "eos")
+    c.subscribe([source])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{suffix}"})
+    producer.init_transactions(15)
+    got: list[Any] = []
+
+    def step() -> None:
+        message = c.poll(0.05)
+        if message is not None and message.error() is None:
+            got.append(message)
+
+    wait_until(lambda: len(got) == 10, 30, step, "the ten records")
+    # A plain commit first: the group then has committed offsets (and so an offsets entry)
+    # that the transactional commit must also be checked against.
+    c.commit(message=got[0], asynchronous=False)
+    producer.begin_transaction()
+    for message in got:
+        producer.produce(sink, value=message.value())
+    producer.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(),
+                                         15)
+    producer.commit_transaction(15)
+    committed = c.committed(c.assignment(), 15)
+    assert sorted((tp.partition, tp.offset) for tp in committed) == [(0, 5), (1, 5)]
+    c.close()

@@ -251,13 +251,17 @@ class ConsumerGroups:
         self._write(group_id, None)
         return False
 
-    def check_commit(self, group_id: str, member_epoch: int, member_id: str) -> int | None:
-        """None when ``group_id`` is not a consumer group; else the OffsetCommit error (0 ok)."""
+    def check_commit(self, group_id: str, member_epoch: int, member_id: str, *,
+                     transactional: bool = False) -> int | None:
+        """None when ``group_id`` is not a consumer group; else the OffsetCommit error (0 ok).
+
+        Without member id and epoch a commit is accepted only while the group is empty, except a
+        transactional one (a producer that names no member is not fenced, as in Kafka 4)."""
         group = self.groups.get(group_id)
         if group is None:
             return None
         if member_epoch < 0 and not member_id:
-            return E.none if not group.members else E.unknown_member_id
+            return E.none if transactional or not group.members else E.unknown_member_id
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
