@@ -461,3 +461,11 @@ def test_retention_resolution_like_kafka() -> None:
 
 def test_int_max_constant() -> None:
     assert INT_MAX == 2**31 - 1
+
+
+def test_rebalance_protocols_must_keep_classic() -> None:
+    assert load_config({"group.coordinator.rebalance.protocols": "classic"}) \
+        .group_coordinator_rebalance_protocols == "classic"
+    for bad in ("consumer", "classic,eager"):
+        with pytest.raises(ConfigError):
+            load_config({"group.coordinator.rebalance.protocols": bad})

@@ -34,7 +34,6 @@ KAFKA_KEYS_WITHOUT_EFFECT = frozenset(
         "controller.listener.names",
         "controller.quorum.voters",
         "controller.quorum.bootstrap.servers",
-        "group.coordinator.rebalance.protocols",
         "inter.broker.listener.name",
         "inter.broker.protocol.version",
         "log.message.format.version",
@@ -142,6 +141,29 @@ def one_of(*choices: str) -> Validator:
 
     check.__doc__ = "One of " + ", ".join(choices)
     return check
+
+
+def _comma_list(allowed: frozenset[str]) -> Validator:
+    def check(value: Any) -> str | None:
+        items = [v.strip() for v in str(value).split(",") if v.strip()]
+        if not items or any(v not in allowed for v in items):
+            return "must be a comma-separated list of " + ", ".join(sorted(allowed))
+        return None
+
+    check.__doc__ = "Comma-separated list of " + ", ".join(sorted(allowed))
+    return check
+
+
+_any_protocols = _comma_list(frozenset({"classic", "consumer"}))
+
+
+def _protocol_list(value: Any) -> str | None:
+    """Comma-separated list of classic, consumer; classic is required (as in Kafka)"""
+    problem = _any_protocols(value)
+    if problem is None and "classic" not in [v.strip() for v in str(value).split(",")]:
+        return "must contain classic"
+    return problem
+_assignor_list = _comma_list(frozenset({"uniform", "range"}))
 
 
 def _any(_value: Any) -> str | None:
@@ -522,6 +544,25 @@ class BrokerConfig:
     group_max_size: int = setting(
         "group.max.size", INT_MAX, "Members allowed in one group.", validator=at_least(1),
         group="Groups")
+    group_coordinator_rebalance_protocols: str = _str_setting(
+        "group.coordinator.rebalance.protocols", "classic,consumer",
+        "Group protocols served (comma-separated): classic (JoinGroup/SyncGroup) and consumer "
+        "(KIP-848 ConsumerGroupHeartbeat).", validator=_protocol_list, group="Groups")
+    group_consumer_heartbeat_interval_ms: int = setting(
+        "group.consumer.heartbeat.interval.ms", 5000,
+        "Heartbeat interval the coordinator gives consumer-protocol members.",
+        validator=at_least(1), group="Groups")
+    group_consumer_session_timeout_ms: int = setting(
+        "group.consumer.session.timeout.ms", 45000,
+        "A consumer-protocol member without a heartbeat for this long is removed.",
+        validator=at_least(1), group="Groups")
+    group_consumer_max_size: int = setting(
+        "group.consumer.max.size", INT_MAX, "Members allowed in one consumer-protocol group.",
+        validator=at_least(1), group="Groups")
+    group_consumer_assignors: str = _str_setting(
+        "group.consumer.assignors", "uniform,range",
+        "Server-side assignors (comma-separated, uniform and/or range); the first is the "
+        "default.", validator=_assignor_list, group="Groups")
     offsets_retention_minutes: int = setting(
         "offsets.retention.minutes", 10080,
         "Committed offsets of an empty group expire after this long.", validator=at_least(1),

@@ -215,6 +215,17 @@ def scenario(minutes: int = 3, seed: int = 5) -> list[Emission]:
             if minute == 1:
                 out.append(Emission(base + 11, "transaction_timed_out", {
                     **txn, "partitions": 3, "timeout_ms": 60000, "duration_ms": 60001.0}))
+        if "consumer_group_epoch_bumped" in EVENTS and minute < 2:
+            # A KIP-848 group: its rebalances are group epoch bumps.
+            group = {"group_id": "payments", **_connection(conn_index, "10.0.0.3")}
+            out.append(Emission(base + 6, "group_member_joined", {
+                **group, "member_id": f"p-{minute}", "group_instance_id": "",
+                "member_epoch": 0, "rejoined": False}))
+            out.append(Emission(base + 6, "consumer_group_epoch_bumped", {
+                **group, "group_epoch": minute + 1, "reason": f"member p-{minute} joined"}))
+            out.append(Emission(base + 6.5, "assignment_changed", {
+                **group, "member_id": f"p-{minute}", "member_epoch": minute + 1,
+                "state": "stable", "added": "pay-0", "removed": ""}))
     out.append(Emission(60.0 * minutes + 5, "broker_stopped", {"uptime_s": 60.0 * minutes}))
     out.sort(key=lambda e: e.offset)
     return out

@@ -301,14 +301,20 @@ def test_saturation_and_queue_timelines(analysis: AnalysisResult,
 def test_closed_connections_and_group_rebalances(analysis: AnalysisResult,
                                                  raw: list[dict[str, Any]]) -> None:
     assert analysis.summary["closed_connections"] == count_by(raw, "connection_closed", "reason")
-    started = Counter(r["group_id"] for r in raw if r["event"] == "rebalance_started")
+    # Both protocols: a classic rebalance, and a consumer group's (KIP-848) epoch bump.
+    started = Counter(r["group_id"] for r in raw
+                      if r["event"] in ("rebalance_started", "consumer_group_epoch_bumped"))
     assert analysis.summary["group_rebalances"] == dict(started)
     assert started and analysis.tables["group_rebalances"]  # the loop below checks something
+    assert {"orders", "payments"} <= set(started)
     for row in analysis.tables["group_rebalances"]:
         completed = [r for r in raw if r["event"] == "rebalance_completed"
                      and r["group_id"] == row["group_id"]]
         assert row["completed"] == len(completed)
-        assert row["max_rebalance_ms"] == max(r["duration_ms"] for r in completed)
+        assert row["max_rebalance_ms"] == max((r["duration_ms"] for r in completed), default=None)
+        joined = [r for r in raw if r["event"] == "group_member_joined"
+                  and r["group_id"] == row["group_id"]]
+        assert row["consumer_joins"] == len(joined)
 
 
 def test_transactions_table(analysis: AnalysisResult, raw: list[dict[str, Any]]) -> None:

@@ -61,6 +61,7 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
         (8, 99, ("groups", "groups", [("group_id", "group_id")]))],
     10: [(4, 99, ("coordinator_keys", "coordinators", [("=", "key")]))],
     15: [(0, 99, ("groups", "groups", [("=", "group_id")]))],
+    69: [(0, 99, ("group_ids", "groups", [("=", "group_id")]))],
     19: [(0, 99, ("topics", "topics", [("name", "name")]))],
     20: [(0, 5, ("topic_names", "responses", [("=", "name")])),
          (6, 99, ("topics", "responses", [("name", "name"), ("topic_id", "topic_id")]))],
@@ -197,9 +198,10 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
     with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49,
-                   75, 30, 31, 24, 28, 65, 66,
+                   75, 30, 31, 24, 28, 65, 66, 69,
                    50, 51}  # 50, 51: test_scram_credentials_error_responses
-    no_arrays = {12, 14, 16, 17, 18, 22, 25, 26, 29, 36, 48, 60}  # nothing to echo (48: null)
+    # 68: ConsumerGroupHeartbeat answers one member, nothing to echo
+    no_arrays = {12, 14, 16, 17, 18, 22, 25, 26, 29, 36, 48, 60, 68}  # nothing to echo (48: null)
     assert set(supported_versions()) == with_arrays | no_arrays
 
 

@@ -705,7 +705,10 @@ def group_rebalances(events: DataFrame) -> DataFrame:
     event = F.col("event")
 
     def count_of(name: str) -> Column:
-        return F.try_sum((event == name).cast("long")).alias(_COUNT_COLUMNS.get(name, name))
+        # A KIP-848 group epoch bump is that protocol's rebalance: both count as rebalances.
+        matches = event.isin(*_REBALANCE_EVENTS) if name == "rebalance_started" \
+            else event == name
+        return F.try_sum(matches.cast("long")).alias(_COUNT_COLUMNS.get(name, name))
 
     if not names:
         schema = T.StructType(
@@ -727,7 +730,7 @@ def group_rebalances(events: DataFrame) -> DataFrame:
                  F.avg(completed_ms).alias("avg_rebalance_ms"),
                  F.max(completed_ms).alias("max_rebalance_ms"),
                  generation,
-                 F.sort_array(F.collect_set(F.when(event == "rebalance_started",
+                 F.sort_array(F.collect_set(F.when(event.isin(*_REBALANCE_EVENTS),
                                                    F.col("reason")))).alias("reasons"),
                  F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"))
             .orderBy(F.desc("rebalances"), "group_id"))
@@ -779,7 +782,14 @@ _TXN_COLUMNS = {"transaction_committed": "committed", "transaction_aborted": "ab
 #: Group events counted per group, and the column each count goes to.
 _COUNT_COLUMNS = {"rebalance_started": "rebalances", "rebalance_completed": "completed",
                   "group_join": "joins", "member_left": "members_left",
-                  "member_expired": "members_expired"}
+                  "member_expired": "members_expired",
+                  # The consumer protocol (KIP-848).
+                  "group_member_joined": "consumer_joins",
+                  "group_member_left": "consumer_members_left",
+                  "group_member_fenced": "consumer_members_fenced",
+                  "assignment_changed": "assignment_changes"}
+#: Events that start a rebalance: classic, and a consumer group's epoch bump.
+_REBALANCE_EVENTS = ("rebalance_started", "consumer_group_epoch_bumped")
 
 
 # -- the whole job ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from ..protocol.records import (
     decode_records,
     iter_batches,
 )
+from .consumer_coordinator import ConsumerGroups
 from .group import (
     VALID_PREVIOUS_STATES,
     CommittedOffset,
@@ -149,6 +150,8 @@ class GroupCoordinator:
         self._nursery: trio.Nursery | None = None
         self._write_send, self._write_receive = trio.open_memory_channel[_Write](math.inf)
         self._num_partitions = config.offsets_topic_num_partitions
+        #: The KIP-848 consumer-protocol groups (their offsets live in ``_groups``).
+        self.consumer_groups = ConsumerGroups(self)
 
     # ------------------------------------------------------------------ life cycle
     @property
@@ -191,7 +194,8 @@ class GroupCoordinator:
             for record in self._read_partition(partition):
                 records += 1
                 try:
-                    if record.key is None:
+                    if record.key is None or \
+                            self.consumer_groups.load_record(record.key, record.value):
                         continue
                     key = decode_key(record.key)
                     if isinstance(key, OffsetKey):
@@ -217,6 +221,7 @@ class GroupCoordinator:
                 continue
             self._groups[group_id] = self._restore_group(group_id, group_value, group_offsets)
             count += 1
+        self.consumer_groups.finish_load()
         self._loaded = True
         emit("groups_loaded", partitions=self._num_partitions, groups=count,
              offsets=sum(len(o) for o in offsets.values()), records=records,
@@ -299,6 +304,7 @@ class GroupCoordinator:
                 for group in self._groups.values():
                     for member in group.members.values():
                         self._start_member_timer(group, member, member.session_timeout_ms)
+                self.consumer_groups.start()
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -640,6 +646,8 @@ class GroupCoordinator:
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
                 <= self.config.group_max_session_timeout_ms):
             return fail(E.invalid_session_timeout)
+        if self.consumer_groups.refuses_classic(group_id):
+            return fail(E.inconsistent_group_protocol)
         group = self._groups.get(group_id)
         if group is None:
             if member_id:
@@ -975,6 +983,13 @@ class GroupCoordinator:
             return everywhere(E.coordinator_load_in_progress)
         if self._nursery is None:
             return everywhere(E.coordinator_not_available)
+        consumer_check = self.consumer_groups.check_commit(group_id, generation_id, member_id)
+        if consumer_check is not None:
+            if consumer_check:
+                return everywhere(consumer_check)
+            # A consumer group's member checked out: its offsets are stored as a simple
+            # commit in the group's offsets-only entry.
+            generation_id, member_id, group_instance_id = -1, "", None
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -1173,7 +1188,10 @@ class GroupCoordinator:
         retention = self.config.offsets_retention_minutes * 60 * 1000
         total = 0
         for group in list(self._groups.values()):
-            expired = self._expired_offsets(group, now, retention)
+            expired = self.consumer_groups.expired_offsets(group.group_id, group.offsets, now,
+                                                           retention)
+            if expired is None:
+                expired = self._expired_offsets(group, now, retention)
             if expired:
                 total += len(expired)
                 for tp in expired:

@@ -56,6 +56,7 @@ _VALUE_ARRAYS: dict[str, str | tuple[str, ...]] = {
     "coordinator_keys": "key",        # FindCoordinator v4+
     "groups": "group_id",             # DescribeGroups
     "groups_names": "group_id",       # DeleteGroups
+    "group_ids": "group_id",          # ConsumerGroupDescribe
     "topic_names": "name",            # DeleteTopics v1-v5
     "partition_indexes": "partition_index",  # OffsetFetch v1, DescribeProducers
     # ElectLeaders (partition_id), AddPartitionsToTxn v0-v3 (partition_index): the first of

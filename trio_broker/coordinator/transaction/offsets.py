@@ -58,6 +58,11 @@ class TxnOffsets:
                  instance_id: str | None) -> ErrorCode:
         """Kafka's ``doTxnCommitOffsets`` checks: a known member of the current generation
         when the producer names one (KIP-447), anything when it does not."""
+        # A KIP-848 consumer group checks the member epoch instead of a generation.
+        consumer = self.groups.consumer_groups.check_commit(group_id, generation_id, member_id,
+                                                            transactional=True)
+        if consumer is not None:
+            return ErrorCode(consumer)
         group = self.groups.groups.get(group_id)
         if group is None:
             return E.none

@@ -17,6 +17,8 @@ DELETE_GROUPS = 42
 
 #: Every classic group here is a "classic" group (KIP-848 names).
 GROUP_TYPE = "classic"
+#: KIP-848 groups (``coordinator/consumer_group.py``).
+CONSUMER_GROUP_TYPE = "consumer"
 #: READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): everything a group supports, what
 #: a client may do when authorization is off.
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -32,18 +34,27 @@ async def handle_list_groups(ctx: RequestContext, body: Any) -> Any:
         return build(cls, throttle_time=throttle(ctx),
                      error_code=ErrorCode.coordinator_not_available, groups=())
     types = {t.lower() for t in getattr(body, "types_filter", ())}
-    error, groups = coord.list_groups(getattr(body, "states_filter", ()))
-    if types and GROUP_TYPE not in types:
-        groups = []
+    states = getattr(body, "states_filter", ())
+    error, groups = coord.list_groups(states)
+    consumer_groups = coord.consumer_groups.groups
+    # A consumer group's offsets live in a classic entry: it is listed as the consumer group.
+    listed = [(g.group_id, g.protocol_type, g.state, GROUP_TYPE) for g in groups
+              if g.group_id not in consumer_groups]
+    wanted_states = {s.lower() for s in states}
+    for group_id, group in consumer_groups.items():
+        if not wanted_states or group.state in wanted_states:
+            listed.append((group_id, "consumer", group.state.capitalize(), CONSUMER_GROUP_TYPE))
+    if types:
+        listed = [g for g in listed if g[3] in types]
     # KafkaApis.handleListGroupsRequest: DESCRIBE on the cluster lists every group, else
     # the groups the principal may DESCRIBE (denials not logged).
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, log_if_denied=False):
-        groups = [g for g in groups if ctx.authorize(
-            AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_if_denied=False)]
+        listed = [g for g in listed if ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.GROUP, g[0], log_if_denied=False)]
     return build(cls, throttle_time=throttle(ctx), error_code=ErrorCode(error),
-                 groups=tuple(build(listed_cls, group_id=g.group_id,
-                                    protocol_type=g.protocol_type, group_state=g.state,
-                                    group_type=GROUP_TYPE) for g in groups))
+                 groups=tuple(build(listed_cls, group_id=gid, protocol_type=ptype,
+                                    group_state=state, group_type=gtype)
+                              for gid, ptype, state, gtype in listed))
 
 
 @api_handler(DESCRIBE_GROUPS, 0, 5)
@@ -65,6 +76,14 @@ async def handle_describe_groups(ctx: RequestContext, body: Any) -> Any:
             continue
         if coord is None:
             described.append(build(group_cls, error_code=ErrorCode.coordinator_not_available,
+                                   group_id=group_id, group_state="", protocol_type="",
+                                   protocol_data="", members=(),
+                                   authorized_operations=operations))
+            continue
+        if group_id in coord.consumer_groups.groups:
+            # Kafka 4: DescribeGroups only describes classic groups.
+            described.append(build(group_cls, error_code=ErrorCode.group_id_not_found,
+                                   error_message=f"Group {group_id} is not a classic group.",
                                    group_id=group_id, group_state="", protocol_type="",
                                    protocol_data="", members=(),
                                    authorized_operations=operations))
@@ -94,7 +113,17 @@ async def handle_delete_groups(ctx: RequestContext, body: Any) -> Any:
     if coord is None:
         results = dict.fromkeys(allowed, ErrorCode.coordinator_not_available)
     else:
-        results = await coord.delete_groups(allowed) if allowed else {}
+        results = {}
+        for name in allowed:
+            consumer_result = await coord.consumer_groups.delete(name)
+            if consumer_result is not None and consumer_result:
+                results[name] = consumer_result
+            else:
+                # The consumer group is gone: its offsets go with the classic entry.
+                results.update(await coord.delete_groups([name]))
+                if consumer_result is not None and \
+                        results[name] == ErrorCode.group_id_not_found:
+                    results[name] = ErrorCode.none
     results = {name: results.get(name, ErrorCode.group_authorization_failed)
                for name in names}
     return build(cls, throttle_time=throttle(ctx),

@@ -1,0 +1,300 @@
+"""The consumer group protocol (KIP-848) beside the classic coordinator: the I/O around
+:class:`~trio_broker.coordinator.consumer_group.ConsumerGroup`.
+
+It shares the classic :class:`GroupCoordinator`'s nursery, its writer to ``__consumer_offsets``
+and its committed offsets (a consumer group's offsets live in an offsets-only classic ``Group``
+entry, so OffsetCommit/OffsetFetch/OffsetDelete work unchanged). Each member's session is a
+cancel scope whose deadline a heartbeat moves; when it expires the member is fenced.
+
+Durability: the group's whole state is one snapshot record per change, key version
+:data:`SNAPSHOT_KEY_VERSION` (Kafka's key layout: int16 version, group id) with a JSON value; a
+tombstone deletes it. Loading keeps the last snapshot of each group (docs/groups.md).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from ..observability.log import emit
+from .consumer_group import (
+    STATIC_LEAVE_EPOCH,
+    UNREVOKED,
+    ConsumerGroup,
+    GroupSettings,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
+from .records import _Reader, _Writer
+
+if TYPE_CHECKING:
+    from .coordinator import GroupCoordinator
+
+E = ErrorCode
+
+#: Key version of a consumer group snapshot in ``__consumer_offsets`` (Kafka uses 3..8 for its
+#: per-record consumer group types; this one is ours, so no Kafka tool misreads the value).
+SNAPSHOT_KEY_VERSION = 100
+
+
+def encode_snapshot_key(group_id: str) -> bytes:
+    return _Writer().int16(SNAPSHOT_KEY_VERSION).string(group_id).getvalue()
+
+
+def decode_snapshot_key(key: bytes) -> str | None:
+    """The group id of a snapshot key, None for any other key."""
+    if len(key) < 2 or struct.unpack_from(">h", key)[0] != SNAPSHOT_KEY_VERSION:
+        return None
+    reader = _Reader(key)
+    reader.int16()
+    return reader.string()
+
+
+class ConsumerGroups:
+    """Every consumer-protocol group of one coordinator."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coord = coordinator
+        config = coordinator.config
+        self.enabled = "consumer" in _names(config.group_coordinator_rebalance_protocols)
+        self.settings = GroupSettings(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            max_size=config.group_consumer_max_size,
+            assignors=tuple(_names(config.group_consumer_assignors)))
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._loaded: dict[str, dict[str, Any] | None] = {}
+        self._timers: dict[tuple[str, str], trio.CancelScope] = {}
+        #: Members told to revoke partitions: fenced when they have not within their
+        #: rebalance timeout (Kafka's revocation timeout).
+        self._revocations: dict[tuple[str, str], trio.CancelScope] = {}
+
+    # ---------------------------------------------------------------- loading
+    def load_record(self, key: bytes, value: bytes | None) -> bool:
+        """Take a ``__consumer_offsets`` record if it is a snapshot (True), else leave it."""
+        group_id = decode_snapshot_key(key)
+        if group_id is None:
+            return False
+        self._loaded[group_id] = None if value is None else json.loads(value)
+        return True
+
+    def finish_load(self) -> None:
+        for group_id, data in self._loaded.items():
+            if data is not None:
+                self.groups[group_id] = ConsumerGroup.restore(group_id, self.settings, data)
+        self._loaded.clear()
+
+    def start(self) -> None:
+        """Start a session timer for every restored member (the coordinator is running)."""
+        for group in self.groups.values():
+            for member_id in group.members:
+                self._touch(group, member_id)
+
+    # -------------------------------------------------------------- heartbeat
+    def topics(self) -> dict[str, int]:
+        return {name: info.num_partitions for name, info in self.coord.log_manager.topics.items()
+                if not name.startswith("__")}
+
+    async def heartbeat(self, group_id: str, req: HeartbeatRequest
+                        ) -> tuple[int, str | None, HeartbeatResult | None]:
+        """``(error, message, result)`` of one ConsumerGroupHeartbeat."""
+        coord = self.coord
+        if not self.enabled:
+            return E.unsupported_version, "The consumer group protocol is disabled.", None
+        if not coord._loaded:
+            return E.coordinator_load_in_progress, None, None
+        if coord._nursery is None or coord._resigned:
+            return E.not_coordinator, None, None
+        if not group_id:
+            return E.invalid_group_id, "GroupId can't be empty.", None
+        classic = coord.groups.get(group_id)
+        # An empty classic group (offsets only) becomes a consumer group, as Kafka converts it.
+        if classic is not None and (classic.members or classic.pending_members):
+            return E.group_id_not_found, f"Group {group_id} is not a consumer group.", None
+        group = self.groups.get(group_id)
+        created = group is None
+        if group is None:
+            if req.member_epoch != 0:
+                return E.unknown_member_id, f"Group {group_id} has no member {req.member_id}.", \
+                    None
+            group = ConsumerGroup(group_id, self.settings)
+        before = group.state_token()
+        try:
+            result = group.heartbeat(req, self.topics())
+        except HeartbeatError as exc:
+            self._emit(group)
+            return getattr(E, exc.code), exc.message, None
+        if created:
+            self.groups[group_id] = group
+        self._emit(group)
+        member = group.members.get(req.member_id)
+        if member is not None and member.member_epoch != STATIC_LEAVE_EPOCH:
+            self._touch(group, req.member_id)
+        elif req.member_id not in group.members:
+            self._cancel(group_id, req.member_id)
+        self._watch_revocation(group, req.member_id)
+        error = await self._persist(group, before)
+        if error:
+            return error, None, None
+        return E.none, None, result
+
+    async def _persist(self, group: ConsumerGroup, before: tuple[object, ...]) -> int:
+        if group.state_token() == before:
+            return E.none
+        return int(await self._write(group.group_id, group.snapshot()).wait())
+
+    def _write(self, group_id: str, snapshot: Mapping[str, Any] | None) -> Any:
+        value = None if snapshot is None else json.dumps(snapshot, sort_keys=True).encode()
+        return self.coord._enqueue(self.coord.partition_for(group_id),
+                                   [(encode_snapshot_key(group_id), value)])
+
+    def _emit(self, group: ConsumerGroup) -> None:
+        gid = group.group_id
+        for event in group.take_events():
+            f: Mapping[str, Any] = event.fields
+            if event.name == "group_member_joined":
+                emit("group_member_joined", group_id=gid, member_id=f["member_id"],
+                     group_instance_id=f["group_instance_id"] or "",
+                     member_epoch=f["member_epoch"], rejoined=f["rejoined"])
+            elif event.name == "group_member_left":
+                emit("group_member_left", group_id=gid, member_id=f["member_id"],
+                     group_instance_id=f["group_instance_id"] or "", reason=f["reason"])
+            elif event.name == "group_member_fenced":
+                emit("group_member_fenced", group_id=gid, member_id=f["member_id"],
+                     member_epoch=f["member_epoch"], request_epoch=f["request_epoch"],
+                     reason=f["reason"])
+            elif event.name == "assignment_changed":
+                emit("assignment_changed", group_id=gid, member_id=f["member_id"],
+                     member_epoch=f["member_epoch"], state=f["state"], added=f["added"],
+                     removed=f["removed"])
+            elif event.name == "consumer_group_epoch_bumped":
+                emit("consumer_group_epoch_bumped", group_id=gid,
+                     group_epoch=f["group_epoch"], reason=f["reason"])
+
+    # ----------------------------------------------------------------- timers
+    def _touch(self, group: ConsumerGroup, member_id: str) -> None:
+        deadline = trio.current_time() + self.settings.session_timeout_ms / 1000
+        key = (group.group_id, member_id)
+        scope = self._timers.get(key)
+        if scope is not None:
+            scope.deadline = deadline
+            return
+        scope = self._timers[key] = trio.CancelScope(deadline=deadline)
+        self.coord._spawn(self._session, group.group_id, member_id, scope)
+
+    def _cancel(self, group_id: str, member_id: str) -> None:
+        scope = self._timers.pop((group_id, member_id), None)
+        if scope is not None:
+            scope.deadline = trio.current_time() + 10**9
+            scope.cancel()
+
+    def _watch_revocation(self, group: ConsumerGroup, member_id: str) -> None:
+        member = group.members.get(member_id)
+        key = (group.group_id, member_id)
+        revoking = member is not None and member.state == UNREVOKED
+        scope = self._revocations.get(key)
+        if not revoking:
+            if scope is not None:
+                del self._revocations[key]
+                scope.cancel()
+            return
+        if scope is None and member is not None:
+            deadline = trio.current_time() + member.rebalance_timeout_ms / 1000
+            scope = self._revocations[key] = trio.CancelScope(deadline=deadline)
+            self.coord._spawn(self._revocation, group.group_id, member_id, scope)
+
+    async def _revocation(self, group_id: str, member_id: str, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if self._revocations.get((group_id, member_id)) is not scope:
+            return  # revoked in time: the scope was cancelled and forgotten
+        del self._revocations[(group_id, member_id)]
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None or member.state != UNREVOKED:
+            return
+        group.remove(member_id, "rebalance timeout expired before revocation", fenced=True)
+        self._cancel(group_id, member_id)
+        self._emit(group)
+        self._write(group_id, group.snapshot())
+
+    async def _session(self, group_id: str, member_id: str, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_forever()
+        if self._timers.get((group_id, member_id)) is not scope or \
+                trio.current_time() < scope.deadline:
+            return  # cancelled because the member left, not expired
+        del self._timers[(group_id, member_id)]
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if group.remove(member_id, "session timeout expired", fenced=True):
+            self._emit(group)
+            self._write(group_id, group.snapshot())
+
+    # ------------------------------------------------------ shared with classic
+    def refuses_classic(self, group_id: str) -> bool:
+        """A classic JoinGroup for this group must get INCONSISTENT_GROUP_PROTOCOL; an empty
+        consumer group is given up instead so the classic member can take the id over."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return False
+        if group.members:
+            return True
+        del self.groups[group_id]
+        self._write(group_id, None)
+        return False
+
+    def check_commit(self, group_id: str, member_epoch: int, member_id: str, *,
+                     transactional: bool = False) -> int | None:
+        """None when ``group_id`` is not a consumer group; else the OffsetCommit error (0 ok).
+
+        Without member id and epoch a commit is accepted only while the group is empty, except a
+        transactional one (a producer that names no member is not fenced, as in Kafka 4)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if member_epoch < 0 and not member_id:
+            return E.none if transactional or not group.members else E.unknown_member_id
+        member = group.members.get(member_id)
+        if member is None:
+            return E.unknown_member_id
+        if member_epoch != member.member_epoch:
+            return E.stale_member_epoch
+        return E.none
+
+    def expired_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], Any], now: int,
+                        retention: int) -> list[tuple[str, int]] | None:
+        """Offsets of a consumer group past ``offsets.retention.minutes`` (None: not one).
+
+        As Kafka: while the group has members only offsets of topics nobody subscribes to
+        expire; an empty group's offsets expire by their commit time.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        old = [tp for tp, c in offsets.items() if now - c.commit_timestamp_ms >= retention]
+        if not group.members:
+            return old
+        return [tp for tp in old
+                if not any(m.subscribes_to(tp[0]) for m in group.members.values())]
+
+    async def delete(self, group_id: str) -> int | None:
+        """DeleteGroups for a consumer group: None when it is not one."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return E.non_empty_group
+        del self.groups[group_id]
+        return int(await self._write(group_id, None).wait())
+
+
+def _names(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
