@@ -44,7 +44,7 @@ from ..server.acl import (
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, security_of
+from .common import ToolError, client_settings, connect_with
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -408,10 +408,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             return reader.readline().strip().lower() == "y"
 
         settings = _client_settings(ns.command_config)
-        timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
-        with AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-acls"),
-                                     security=security_of(settings)) as conn:
+        with connect_with(ns.bootstrap_server, settings, "acls") as conn:
             if ns.add:
                 run_add(conn, ns, pattern, out)
             elif ns.remove:

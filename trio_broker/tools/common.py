@@ -141,9 +141,15 @@ def security_of(settings: dict[str, str]) -> ClientSecurity:
 
 def connect(ns: argparse.Namespace, tool: str) -> AdminConnection:
     """One connection to the first reachable ``--bootstrap-server``."""
-    settings = client_settings(ns.command_config, tool)
+    return connect_with(ns.bootstrap_server, client_settings(ns.command_config, tool), tool)
+
+
+def connect_with(bootstrap_server: str, settings: dict[str, str], tool: str) -> AdminConnection:
+    """One connection to the first reachable of ``bootstrap_server``, with the client
+    properties already read by :func:`client_settings` (request.timeout.ms, client.id,
+    security)."""
     timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
-    return AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
+    return AdminConnection.connect(bootstrap_server, timeout=timeout,
                                    client_id=settings.get("client.id", f"trio-broker-{tool}"),
                                    security=security_of(settings))
 

@@ -40,7 +40,7 @@ from kio.schema.errors import ErrorCode
 from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, security_of
+from .common import ToolError, client_settings, connect_with
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -622,10 +622,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         check_options(opts)
         settings = _client_settings(opts)
         assert opts.bootstrap_server is not None
-        timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
-        with AdminConnection.connect(opts.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-quotas"),
-                                     security=security_of(settings)) as conn:
+        with connect_with(opts.bootstrap_server, settings, "quotas") as conn:
             if opts.alter:
                 run_alter(conn, opts, out)
             else:
