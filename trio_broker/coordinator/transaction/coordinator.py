@@ -189,6 +189,16 @@ class TransactionCoordinator:
             return E.coordinator_not_available
         return E.none
 
+    def _admit(self, transactional_id: str) -> ErrorCode:
+        """Whether a state change of ``transactional_id`` may start now: the coordinator is
+        ready and no other change of that id is in flight (AddPartitions, EndTxn)."""
+        error = self._ready()
+        if error:
+            return error
+        if transactional_id in self._busy:
+            return E.concurrent_transactions
+        return E.none
+
     # -------------------------------------------------------------- InitProducerId
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
                                producer_id: int = -1, producer_epoch: int = -1) -> InitResult:
@@ -240,11 +250,9 @@ class TransactionCoordinator:
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[TopicPartition]) -> ErrorCode:
         """Add partitions to the producer's transaction (starting it if none is open)."""
-        error = self._ready()
+        error = self._admit(transactional_id)
         if error:
             return error
-        if transactional_id in self._busy:
-            return E.concurrent_transactions
         meta = self._txns.get(transactional_id)
         decision = sm.add_partitions(meta, producer_id, producer_epoch, frozenset(partitions),
                                      self._now_ms())
@@ -322,11 +330,9 @@ class TransactionCoordinator:
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> ErrorCode:
         """Commit or abort: PrepareX written, markers written, CompleteX written, answer."""
-        error = self._ready()
+        error = self._admit(transactional_id)
         if error:
             return error
-        if transactional_id in self._busy:
-            return E.concurrent_transactions
         meta = self._txns.get(transactional_id)
         decision = sm.end_transaction(meta, producer_id, producer_epoch, commit, self._now_ms())
         if decision.write is None:
