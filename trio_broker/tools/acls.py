@@ -44,7 +44,7 @@ from ..server.acl import (
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, connect_with
+from .common import ToolError, client_settings, connect_with, usage_if_empty
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -386,9 +386,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     err = err if err is not None else sys.stderr
     reader = stdin if stdin is not None else sys.stdin
     parser = build_parser()
-    if not args:
-        print(DESCRIPTION, file=err)
-        parser.print_help(err)
+    if usage_if_empty(args, parser, DESCRIPTION, err):
         return 1
     try:
         ns = parser.parse_args(args)

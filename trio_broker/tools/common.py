@@ -191,6 +191,17 @@ class Request:
                               build(self.api_key, self.version, **fields))
 
 
+def usage_if_empty(args: Sequence[str], parser: argparse.ArgumentParser, description: str,
+                   err: TextIO) -> bool:
+    """Kafka's tools' answer to an empty command line (``CommandLineUtils.printUsageAndDie``):
+    the description and the usage on stderr; True when the caller should exit with status 1."""
+    if args:
+        return False
+    print(description, file=err)
+    parser.print_help(err)
+    return True
+
+
 def emit_json(value: Any, out: TextIO) -> None:
     """One JSON document on one line (``jq``-friendly)."""
     print(json.dumps(value, sort_keys=False, default=str), file=out)

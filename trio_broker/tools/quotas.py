@@ -40,7 +40,7 @@ from kio.schema.errors import ErrorCode
 from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, connect_with
+from .common import ToolError, client_settings, connect_with, usage_if_empty
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -607,9 +607,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     parser = build_parser()
-    if not args:
-        print(DESCRIPTION, file=err)
-        parser.print_help(err)
+    if usage_if_empty(args, parser, DESCRIPTION, err):
         return 1
     try:
         opts = parse_options(args)
