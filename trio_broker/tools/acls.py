@@ -31,7 +31,6 @@ from typing import Any, NoReturn, TextIO
 
 from kio.schema.errors import ErrorCode
 
-from .. import __version__
 from ..server.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -44,7 +43,13 @@ from ..server.acl import (
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, connect_with, usage_if_empty
+from .common import (
+    ToolError,
+    client_settings,
+    connect_with,
+    help_or_version,
+    usage_if_empty,
+)
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -390,11 +395,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         return 1
     try:
         ns = parser.parse_args(args)
-        if ns.help:
-            parser.print_help(out)
-            return 0
-        if ns.version:
-            print(f"trio_broker {__version__}", file=out)
+        if help_or_version(ns, parser, out):
             return 0
         check_options(ns)
         pattern = parse_pattern_type(ns.resource_pattern_type)

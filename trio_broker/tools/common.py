@@ -202,6 +202,18 @@ def usage_if_empty(args: Sequence[str], parser: argparse.ArgumentParser, descrip
     return True
 
 
+def help_or_version(options: Any, parser: argparse.ArgumentParser, out: TextIO) -> bool:
+    """Kafka's tools' ``--help`` (usage) and ``--version`` flags, answered on stdout; True when
+    one was given and the caller should exit with status 0."""
+    if options.help:
+        parser.print_help(out)
+        return True
+    if options.version:
+        print(f"trio_broker {__version__}", file=out)
+        return True
+    return False
+
+
 def emit_json(value: Any, out: TextIO) -> None:
     """One JSON document on one line (``jq``-friendly)."""
     print(json.dumps(value, sort_keys=False, default=str), file=out)

@@ -37,10 +37,15 @@ from typing import Any, NoReturn, TextIO
 import attrs
 from kio.schema.errors import ErrorCode
 
-from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, connect_with, usage_if_empty
+from .common import (
+    ToolError,
+    client_settings,
+    connect_with,
+    help_or_version,
+    usage_if_empty,
+)
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -611,11 +616,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         return 1
     try:
         opts = parse_options(args)
-        if opts.help:
-            parser.print_help(out)
-            return 0
-        if opts.version:
-            print(f"trio_broker {__version__}", file=out)
+        if help_or_version(opts, parser, out):
             return 0
         check_options(opts)
         settings = _client_settings(opts)
