@@ -22,7 +22,7 @@ async def tool(bootstrap: str, name: str, *args: str, stdin: str | None = None
     """Run ``trio_broker NAME --bootstrap-server B ARGS`` in a worker thread."""
     from trio_broker.cli import _TOOL_MODULES
 
-    module_name, _, function = _TOOL_MODULES[name].partition(":")
+    module_name, _, function = _TOOL_MODULES[name].target.partition(":")
     module = __import__(f"trio_broker{module_name}", fromlist=["main"])
     entry = getattr(module, function or "main")
     out, err = io.StringIO(), io.StringIO()

@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+import attrs
 import trio
 
 from . import __version__
@@ -39,46 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="a Kafka-style server.properties file")
     run.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                      help="set one configuration key (repeatable; wins over --config)")
-    commands.add_parser(
-        "analyze", add_help=False,
-        help="run the PySpark analytics over broker logs (trio_broker analyze --help)")
-    commands.add_parser(
-        "quotas", add_help=False,
-        help="describe or alter client quotas of a running broker, with kafka-configs.sh's "
-             "options (trio_broker quotas --help)")
-    commands.add_parser(
-        "acls", add_help=False,
-        help="add, remove or list ACLs of a running broker, with kafka-acls.sh's options "
-             "(trio_broker acls --help)")
-    commands.add_parser(
-        "scram", add_help=False,
-        help="add, delete or describe SCRAM users in a data directory, offline, with "
-             "kafka-configs.sh's options (trio_broker scram --help)")
-    commands.add_parser(
-        "topics", add_help=False,
-        help="create, list, describe, alter or delete topics, with kafka-topics.sh's options")
-    commands.add_parser(
-        "groups", add_help=False,
-        help="list, describe, delete consumer groups and reset their offsets, with "
-             "kafka-consumer-groups.sh's options")
-    commands.add_parser(
-        "configs", add_help=False,
-        help="describe or alter topic, broker and client quota configs, with "
-             "kafka-configs.sh's options")
-    commands.add_parser(
-        "produce", add_help=False,
-        help="produce lines of stdin to a topic (kafka-console-producer.sh, kcat -P)")
-    commands.add_parser(
-        "consume", add_help=False,
-        help="write records of a topic to stdout (kafka-console-consumer.sh, kcat -C)")
-    commands.add_parser(
-        "cluster", add_help=False,
-        help="describe the cluster: brokers, listeners, API versions (trio_broker cluster "
-             "describe)")
-    commands.add_parser(
-        "users", add_help=False,
-        help="add, delete, describe SCRAM credentials and quotas of users over the wire "
-             "(kafka-configs.sh --entity-type users)")
+    for name, tool in _TOOL_MODULES.items():
+        # Each tool parses its own arguments; this entry only lists it in the help.
+        commands.add_parser(name, add_help=False, help=tool.help)
     commands.add_parser("config-docs", help="print the configuration reference (Markdown)")
     return parser
 
@@ -98,19 +62,57 @@ def _skip_optional_test_imports() -> None:
         sys.modules["hypothesis"] = None  # type: ignore[assignment]
 
 
-#: Subcommands with their own argument parsers (Kafka tools' flags), by module.
+@attrs.frozen
+class _Tool:
+    """A subcommand with its own argument parser (Kafka tools' flags): where its entry point
+    is (``module`` or ``module:function``, default ``main``) and its line in ``--help``."""
+
+    target: str
+    help: str
+
+
+#: Subcommands with their own argument parsers, by name; imported on demand by ``main``.
 _TOOL_MODULES = {
-    "analyze": ".analytics.cli",
-    "quotas": ".tools.quotas",
-    "acls": ".tools.acls",
-    "scram": ".tools.scram",
-    "topics": ".tools.topics",
-    "groups": ".tools.groups",
-    "configs": ".tools.configs",
-    "produce": ".tools.console:produce_main",
-    "consume": ".tools.console:consume_main",
-    "cluster": ".tools.cluster",
-    "users": ".tools.configs:users_main",
+    "analyze": _Tool(
+        ".analytics.cli",
+        "run the PySpark analytics over broker logs (trio_broker analyze --help)"),
+    "quotas": _Tool(
+        ".tools.quotas",
+        "describe or alter client quotas of a running broker, with kafka-configs.sh's "
+        "options (trio_broker quotas --help)"),
+    "acls": _Tool(
+        ".tools.acls",
+        "add, remove or list ACLs of a running broker, with kafka-acls.sh's options "
+        "(trio_broker acls --help)"),
+    "scram": _Tool(
+        ".tools.scram",
+        "add, delete or describe SCRAM users in a data directory, offline, with "
+        "kafka-configs.sh's options (trio_broker scram --help)"),
+    "topics": _Tool(
+        ".tools.topics",
+        "create, list, describe, alter or delete topics, with kafka-topics.sh's options"),
+    "groups": _Tool(
+        ".tools.groups",
+        "list, describe, delete consumer groups and reset their offsets, with "
+        "kafka-consumer-groups.sh's options"),
+    "configs": _Tool(
+        ".tools.configs",
+        "describe or alter topic, broker and client quota configs, with "
+        "kafka-configs.sh's options"),
+    "produce": _Tool(
+        ".tools.console:produce_main",
+        "produce lines of stdin to a topic (kafka-console-producer.sh, kcat -P)"),
+    "consume": _Tool(
+        ".tools.console:consume_main",
+        "write records of a topic to stdout (kafka-console-consumer.sh, kcat -C)"),
+    "cluster": _Tool(
+        ".tools.cluster",
+        "describe the cluster: brokers, listeners, API versions (trio_broker cluster "
+        "describe)"),
+    "users": _Tool(
+        ".tools.configs:users_main",
+        "add, delete, describe SCRAM credentials and quotas of users over the wire "
+        "(kafka-configs.sh --entity-type users)"),
 }
 
 
@@ -119,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in _TOOL_MODULES:
         # Imported on demand: `run` must not pay for pyspark or the admin tools.
-        module, _, function = _TOOL_MODULES[args_list[0]].partition(":")
+        module, _, function = _TOOL_MODULES[args_list[0]].target.partition(":")
         tool = importlib.import_module(module, __package__)
         return int(getattr(tool, function or "main")(args_list[1:]))
     parser = _parser()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,15 +23,6 @@ DEFAULTS = {
     "group.min.session.timeout.ms": "1000",
     "offsets.topic.num.partitions": "5",
 }
-
-
-def subscription(*topics: str) -> bytes:
-    """A ConsumerProtocolSubscription v0 (what Java and librdkafka consumers send)."""
-    out = struct.pack(">hi", 0, len(topics))
-    for topic in topics:
-        data = topic.encode()
-        out += struct.pack(">h", len(data)) + data
-    return out + struct.pack(">i", -1)
 
 
 @attrs.define

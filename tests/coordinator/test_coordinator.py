@@ -12,8 +12,9 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from tests.coordinator.group_harness import Harness, gather, subscription
+from tests.coordinator.group_harness import Harness, gather
 from trio_broker.coordinator import GroupState, OffsetCommitEntry
+from trio_broker.testing.client import subscription
 
 
 @pytest.fixture

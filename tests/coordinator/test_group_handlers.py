@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from tests.coordinator.group_harness import subscription
 from tests.kafka_wire import WireClient
 from trio_broker.protocol.codec import request_schema
+from trio_broker.testing.client import subscription
 
 FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE, LIST, DELETE, OFFSET_DELETE = 8, 9, 15, 16, 42, 47

@@ -49,14 +49,9 @@ def create_topic(bootstrap: str, name: str, configs: dict[str, str]) -> None:
     admin.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(TIMEOUT)
 
 
-def produce(bootstrap: str, topic: str, count: int, keys: int, *, sentinel: bool = True
-            ) -> Expected:
-    """``count`` records over ``keys`` keys: a tombstone now and then, and a tenth of the keys
-    deleted by their last record. Returns the newest (offset, value) per key."""
-    # batches well under segment.bytes (an append must fit in one segment)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "enable.idempotence": True, "batch.size": 16384,
-                         "queue.buffering.max.messages": 1_000_000})
+def delivery_record() -> tuple[Expected, list[Any], Callable[[Any, Any], None]]:
+    """The newest delivered (offset, value) per key, the delivery errors, and the
+    ``on_delivery`` callback that fills them."""
     latest: Expected = {}
     failures: list[Any] = []
 
@@ -66,13 +61,12 @@ def produce(bootstrap: str, topic: str, count: int, keys: int, *, sentinel: bool
         else:
             latest[message.key()] = (message.offset(), message.value())
 
-    for i in range(count):
-        key = b"key-%04d" % (i % keys)
-        deleted = (i % 331 == 0) or (i >= count - keys and (i % keys) % 10 == 0)
-        producer.produce(topic, key=key, value=None if deleted else b"value-%d" % i,
-                         on_delivery=delivered)
-        if i % 10000 == 0:
-            producer.poll(0)
+    return latest, failures, delivered
+
+
+def finish(producer: Producer, topic: str, delivered: Callable[[Any, Any], None],
+           failures: list[Any], *, sentinel: bool = True) -> None:
+    """Flush, after a ``sentinel`` record when asked, and check every record was delivered."""
     if sentinel:
         assert producer.flush(TIMEOUT) == 0  # the sentinel goes in a batch of its own
         # A record stamped past segment.ms rolls the segment (Kafka's rule), so everything
@@ -81,6 +75,25 @@ def produce(bootstrap: str, topic: str, count: int, keys: int, *, sentinel: bool
                          timestamp=int(time.time() * 1000) + 120_000)
     assert producer.flush(TIMEOUT) == 0
     assert not failures, failures[:3]
+
+
+def produce(bootstrap: str, topic: str, count: int, keys: int, *, sentinel: bool = True
+            ) -> Expected:
+    """``count`` records over ``keys`` keys: a tombstone now and then, and a tenth of the keys
+    deleted by their last record. Returns the newest (offset, value) per key."""
+    # batches well under segment.bytes (an append must fit in one segment)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "enable.idempotence": True, "batch.size": 16384,
+                         "queue.buffering.max.messages": 1_000_000})
+    latest, failures, delivered = delivery_record()
+    for i in range(count):
+        key = b"key-%04d" % (i % keys)
+        deleted = (i % 331 == 0) or (i >= count - keys and (i % keys) % 10 == 0)
+        producer.produce(topic, key=key, value=None if deleted else b"value-%d" % i,
+                         on_delivery=delivered)
+        if i % 10000 == 0:
+            producer.poll(0)
+    finish(producer, topic, delivered, failures, sentinel=sentinel)
     return latest
 
 

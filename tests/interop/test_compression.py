@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,13 @@ import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
-from tests.interop.test_compaction import consume_all, wait_for
+from tests.interop.test_compaction import (
+    consume_all,
+    delivery_record,
+    finish,
+    newest,
+    wait_for,
+)
 from tests.interop.test_compaction import create_topic as create_compacted
 from tests.interop.test_produce_consume import (
     Rec,
@@ -160,27 +165,14 @@ def test_a_compacted_topic_of_zstd_batches_is_compacted(broker_process: Any) -> 
     producer.produce("z", value=b"no key", on_delivery=lambda e, m: errors.append(e))
     producer.flush(TIMEOUT)
     assert errors and errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
-    latest: dict[bytes, tuple[int, bytes | None]] = {}
-    failures: list[Any] = []
-
-    def delivered(error: Any, message: Any) -> None:
-        if error is not None:
-            failures.append(error)
-        else:
-            latest[message.key()] = (message.offset(), message.value())
-
+    latest, failures, delivered = delivery_record()
     for i in range(20_000):
         key = b"key-%03d" % (i % 200)
         producer.produce("z", key=key, value=b"value-%d " % i + b"x" * (i % 50),
                          on_delivery=delivered)
         if i % 5000 == 0:
             producer.poll(0)
-    assert producer.flush(TIMEOUT) == 0
-    # a record past segment.ms rolls the segment, so every record above is cleanable
-    producer.produce("z", key=b"sentinel", value=b"end", on_delivery=delivered,
-                     timestamp=int(time.time() * 1000) + 120_000)
-    assert producer.flush(TIMEOUT) == 0
-    assert not failures, failures[:3]
+    finish(producer, "z", delivered, failures)  # every record above is cleanable
     end = latest[b"sentinel"][0] + 1
 
     def cleaned() -> bool:
@@ -190,7 +182,7 @@ def test_a_compacted_topic_of_zstd_batches_is_compacted(broker_process: Any) -> 
     wait_for(cleaned, "a clean of the zstd topic",
              lambda: [e for e in process.events() if e["event"].startswith("log_clean")][-3:])
     got = consume_all(bootstrap, "z", end)
-    assert got == sorted((offset, key, value) for key, (offset, value) in latest.items())
+    assert got == newest(latest, tombstones=True)
     removed = sum(e["records_removed"] for e in process.events("log_cleaned")
                   if e["topic"] == "z")
     assert removed >= 20_000 - 200 - 1

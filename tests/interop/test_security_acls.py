@@ -36,6 +36,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.conftest import free_port
+from tests.interop.test_acls import create as create_acls
 from tests.security.conftest import Certs, make_certs
 
 pytestmark = pytest.mark.interop
@@ -119,9 +120,12 @@ def acl(rt: ResourceType, name: str, principal: str, op: AclOperation,
     return AclBinding(rt, name, pattern, principal, "*", op, perm)
 
 
-def create_acls(admin: AdminClient, *bindings: AclBinding) -> None:
-    for future in admin.create_acls(list(bindings)).values():
-        future.result(timeout=20)
+def producer_acls(topic: str, principal: str) -> list[AclBinding]:
+    """What an idempotent producer needs: WRITE and DESCRIBE on the topic, IDEMPOTENT_WRITE on
+    the cluster."""
+    return [acl(ResourceType.TOPIC, topic, principal, AclOperation.WRITE),
+            acl(ResourceType.TOPIC, topic, principal, AclOperation.DESCRIBE),
+            acl(ResourceType.BROKER, "kafka-cluster", principal, AclOperation.IDEMPOTENT_WRITE)]
 
 
 def create_topics(admin: AdminClient, *names: str) -> None:
@@ -174,11 +178,7 @@ def test_producer_and_consumer_acls_for_sasl_users(cluster: Any) -> None:
     broker = cluster()
     admin = broker.admin()
     create_topics(admin, "orders")
-    create_acls(admin,
-                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.WRITE),
-                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.DESCRIBE),
-                acl(ResourceType.BROKER, "kafka-cluster", "User:alice",
-                    AclOperation.IDEMPOTENT_WRITE))
+    create_acls(admin, *producer_acls("orders", "User:alice"))
     alice = broker.client("alice", **{"enable.idempotence": True})
     assert produce(alice, "orders") is None
 
@@ -335,11 +335,7 @@ def test_authorized_operations_for_sasl_users(cluster: Any) -> None:
     broker = cluster()
     admin = broker.admin()
     create_topics(admin, "orders")
-    create_acls(admin,
-                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.WRITE),
-                acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.DESCRIBE),
-                acl(ResourceType.BROKER, "kafka-cluster", "User:alice",
-                    AclOperation.IDEMPOTENT_WRITE),
+    create_acls(admin, *producer_acls("orders", "User:alice"),
                 acl(ResourceType.TOPIC, "orders", "User:bob", AclOperation.READ),
                 acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.DESCRIBE),
                 acl(ResourceType.GROUP, "billing", "User:bob", AclOperation.READ))

@@ -4,7 +4,6 @@ epochs, forgotten partitions, what an incremental answer includes, eviction."""
 from __future__ import annotations
 
 import datetime
-import itertools
 import random
 import sys
 import uuid
@@ -20,17 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from trio_broker.config import Endpoint, load_config
+from tests.server.handler_harness import answer_when_woken, call, open_broker, send, wire
+from trio_broker.config import load_config
 from trio_broker.protocol import records as rb
 from trio_broker.protocol.codec import (
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
     request_schema,
 )
 from trio_broker.server.broker import Broker
-from trio_broker.server.context import ConnectionInfo, Parked, RequestContext
+from trio_broker.server.context import Parked
 from trio_broker.server.fetch_session import (
     EVICTION_MS,
     FINAL_EPOCH,
@@ -43,8 +39,6 @@ from trio_broker.server.fetch_session import (
     PartitionKey,
     next_epoch,
 )
-from trio_broker.server.registry import handlers, supported_versions
-from trio_broker.storage import LogManager
 from trio_broker.storage.log import now_ms
 
 
@@ -284,38 +278,14 @@ def test_random_requests_keep_the_cache_consistent(
 
 # ------------------------------------------------------------------ through the Fetch handler
 FETCH = 1
-_correlation = itertools.count(1)
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    config = load_config({"log.dirs": str(tmp_path)})
-    lm = LogManager(config)
-    lm.open()
-    lm.create_topic("t", 3)
-    yield Broker(config, cluster_id="c", log_manager=lm,
-                 advertised={"PLAINTEXT": Endpoint("PLAINTEXT", "h", 9092)})
-    lm.close()
-
-
-async def send(broker: Broker, version: int, body: Any) -> tuple[Any, Any]:
-    frame = encode_request(FETCH, version, next(_correlation), "test", body)
-    request = decode_request(frame[4:], supported_versions())
-    ctx = RequestContext(request=request, broker=broker, connection=ConnectionInfo(
-        connection_id="x", listener="PLAINTEXT", security_protocol="PLAINTEXT", peer="p",
-        processor=0))
-    return request, await handlers()[FETCH].handle(ctx, request.body)
-
-
-def wire(request: Any, version: int, body: Any) -> Any:
-    return decode_response(FETCH, version, encode_response(request, body)[4:])[1]
+    with open_broker(load_config({"log.dirs": str(tmp_path)}), 3) as broker:
+        yield broker
 
 
 async def fetch(broker: Broker, version: int, body: Any) -> Any:
-    request, result = await send(broker, version, body)
-    if isinstance(result, Parked):
-        result = await result.wait()
-    return wire(request, version, result)
+    return await call(broker, FETCH, version, body)
 
 
 def fetch_body(version: int, wants: dict[tuple[str, int], int], *, session_id: int = 0,
@@ -386,20 +356,12 @@ async def test_incremental_fetch_answers_only_changed_partitions(broker: Broker)
 async def test_long_poll_in_a_session_answers_the_partition_that_changed(
         broker: Broker, autojump_clock: trio.testing.MockClock) -> None:
     full = await fetch(broker, 12, fetch_body(12, {("t", 0): 0, ("t", 1): 0}))
-    request, result = await send(broker, 12, fetch_body(12, {}, session_id=full.session_id,
-                                                          epoch=1, max_wait_ms=5000))
+    request, result = await send(broker, FETCH, 12, fetch_body(
+        12, {}, session_id=full.session_id, epoch=1, max_wait_ms=5000))
     assert isinstance(result, Parked)
-    answers: list[Any] = []
-
-    async def waiter() -> None:
-        answers.append(await result.wait())
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(waiter)
-        await trio.sleep(1)
-        assert not answers
-        await broker.log_manager.append("t", 1, batch(b"wake"))
-    got = wire(request, 12, answers[0])
+    answer = await answer_when_woken(
+        result, lambda: broker.log_manager.append("t", 1, batch(b"wake")))
+    got = wire(request, FETCH, 12, answer)
     assert [(p, hw) for p, hw, _ in answered(got)] == [(1, 1)]
     assert trio.current_time() < 2
     # an empty long poll ends at max_wait with an empty incremental answer

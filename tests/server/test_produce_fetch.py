@@ -4,7 +4,6 @@ OffsetForLeaderEpoch) against a real LogManager, through the codec both ways."""
 from __future__ import annotations
 
 import datetime
-import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,29 +14,21 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from trio_broker.config import BrokerConfig, Endpoint, load_config
+from tests.server.handler_harness import answer_when_woken, call, open_broker, send, wire
+from trio_broker.config import BrokerConfig, load_config
 from trio_broker.protocol import records as rb
 from trio_broker.protocol.codec import (
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
     request_schema,
 )
 from trio_broker.server.broker import Broker
 from trio_broker.server.context import (
     NO_RESPONSE,
     CloseConnection,
-    ConnectionInfo,
     Parked,
-    RequestContext,
 )
-from trio_broker.server.registry import handlers, supported_versions
-from trio_broker.storage import LogManager
 from trio_broker.storage.log import now_ms
 
 PRODUCE, FETCH, LIST_OFFSETS, INIT_PID, OFFSET_FOR_EPOCH = 0, 1, 2, 22, 23
-_correlation = itertools.count(1)
 
 
 def mod(api_key: int, version: int) -> Any:
@@ -51,35 +42,8 @@ def config(tmp_path: Path) -> BrokerConfig:
 
 @pytest.fixture
 def broker(config: BrokerConfig) -> Iterator[Broker]:
-    lm = LogManager(config)
-    lm.open()
-    lm.create_topic("t", 2)
-    yield Broker(config, cluster_id="c", log_manager=lm,
-                 advertised={"PLAINTEXT": Endpoint("PLAINTEXT", "h", 9092)})
-    lm.close()
-
-
-async def send(broker: Broker, api_key: int, version: int, body: Any) -> Any:
-    """Encode, decode, handle; returns the handler's raw result (Parked / NO_RESPONSE / body)."""
-    frame = encode_request(api_key, version, next(_correlation), "test", body)
-    request = decode_request(frame[4:], supported_versions())
-    ctx = RequestContext(request=request, broker=broker, connection=ConnectionInfo(
-        connection_id="x", listener="PLAINTEXT", security_protocol="PLAINTEXT", peer="p",
-        processor=0))
-    result = await handlers()[api_key].handle(ctx, request.body)
-    return request, result
-
-
-def wire(request: Any, api_key: int, version: int, body: Any) -> Any:
-    encoded = encode_response(request, body)
-    return decode_response(api_key, version, encoded[4:])[1]
-
-
-async def call(broker: Broker, api_key: int, version: int, body: Any) -> Any:
-    request, result = await send(broker, api_key, version, body)
-    if isinstance(result, Parked):
-        result = await result.wait()
-    return wire(request, api_key, version, result)
+    with open_broker(config, 2) as broker:
+        yield broker
 
 
 def produce_body(version: int, records: dict[tuple[str, int], bytes | None], acks: int = -1
@@ -191,17 +155,9 @@ async def test_fetch_long_poll_is_parked_and_woken_by_append(
     request, result = await send(broker, FETCH, 12, fetch_body(
         12, {("t", 1): 0}, max_wait_ms=5000, min_bytes=1))
     assert isinstance(result, Parked)
-    answers: list[Any] = []
-
-    async def waiter() -> None:
-        answers.append(await result.wait())
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(waiter)
-        await trio.sleep(1)
-        assert not answers
-        await broker.log_manager.append("t", 1, batch(b"wake"))
-    decoded = wire(request, FETCH, 12, answers[0])
+    answer = await answer_when_woken(
+        result, lambda: broker.log_manager.append("t", 1, batch(b"wake")))
+    decoded = wire(request, FETCH, 12, answer)
     assert values(decoded.responses[0].partitions[0].records) == [b"wake"]
     assert trio.current_time() < 2
 

@@ -46,6 +46,7 @@ from .group import (
     Pending,
     SyncResult,
 )
+from .internal_topic import ensure_topic, every, guarded
 from .records import (
     OFFSETS_TOPIC,
     GroupKey,
@@ -330,14 +331,7 @@ class GroupCoordinator:
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         self._tasks.start_soon(self._guarded, fn, *args)
 
-    @staticmethod
-    async def _guarded(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """Run a coordinator task; a bug in one costs that task, never the broker."""
-        try:
-            await fn(*args)
-        except Exception as exc:
-            emit("background_task_failed", task=fn.__name__, error=type(exc).__name__,
-                 detail=repr(exc))
+    _guarded = staticmethod(guarded)
 
     @property
     def _tasks(self) -> trio.Nursery:
@@ -354,11 +348,8 @@ class GroupCoordinator:
         return done
 
     def _ensure_offsets_topic(self) -> None:
-        if OFFSETS_TOPIC not in self.log_manager.topics:
-            self.log_manager.create_topic(OFFSETS_TOPIC, self._num_partitions,
-                                          {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(
-                                              self.config.offsets_topic_segment_bytes)},
-                                          internal=True)
+        ensure_topic(self.log_manager, OFFSETS_TOPIC, self._num_partitions,
+                     OFFSETS_TOPIC_CONFIGS, self.config.offsets_topic_segment_bytes)
 
     async def _writer(self) -> None:
         async for item in self._write_receive:
@@ -1174,10 +1165,7 @@ class GroupCoordinator:
 
     # -------------------------------------------------------------- offset expiry
     async def _expire_offsets_periodically(self) -> None:
-        interval = self.config.offsets_retention_check_interval_ms / 1000
-        while True:
-            await trio.sleep(interval)
-            self.expire_offsets()
+        await every(self.config.offsets_retention_check_interval_ms, self.expire_offsets)
 
     def expire_offsets(self) -> int:
         """Kafka's ``cleanupGroupMetadata``: expire old offsets, drop empty groups without any.

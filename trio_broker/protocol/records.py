@@ -368,7 +368,8 @@ def _zigzag(value: int) -> int:
     return (value << 1) ^ (value >> 63)
 
 
-def _write_varint(out: bytearray, value: int) -> None:
+def write_varint(out: bytearray, value: int) -> None:
+    """Append ``value`` as a zigzag varint (record fields; the cleaner's rewritten records)."""
     value = _zigzag(value) & 0xFFFFFFFFFFFFFFFF
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -393,9 +394,9 @@ def _read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
 
 def _write_bytes(out: bytearray, value: bytes | None) -> None:
     if value is None:
-        _write_varint(out, -1)
+        write_varint(out, -1)
     else:
-        _write_varint(out, len(value))
+        write_varint(out, len(value))
         out += value
 
 
@@ -439,15 +440,15 @@ def build_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
     for delta, (key, value, headers, timestamp) in enumerate(records):
         rec = bytearray()
         rec.append(0)  # record attributes, unused
-        _write_varint(rec, timestamp - base_timestamp)
-        _write_varint(rec, delta)
+        write_varint(rec, timestamp - base_timestamp)
+        write_varint(rec, delta)
         _write_bytes(rec, key)
         _write_bytes(rec, value)
-        _write_varint(rec, len(headers))
+        write_varint(rec, len(headers))
         for header_key, header_value in headers:
             _write_bytes(rec, header_key.encode("utf-8"))
             _write_bytes(rec, header_value)
-        _write_varint(body, len(rec))
+        write_varint(body, len(rec))
         body += rec
     codec = attributes & COMPRESSION_MASK
     batch = bytearray(HEADER_SIZE) + (compression.compress(codec, body) if codec else body)

@@ -154,14 +154,6 @@ def _varint(data: bytes | memoryview, at: int) -> tuple[int, int]:
             raise rb.RecordBatchError("corrupt_message", "bad varint in record")
 
 
-def _write_varint(out: bytearray, value: int) -> None:
-    value = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 @attrs.frozen
 class RecordSpan:
     """Where one record lies in a (decompressed) records payload, and what compaction reads."""
@@ -333,9 +325,9 @@ def filter_batch(batch: bytes, header: rb.BatchHeader, offset_map: OffsetMap, *,
             continue
         attributes_at = _length_end(payload, span.start)
         record = bytearray(payload[attributes_at:attributes_at + 1])
-        _write_varint(record, timestamp - base_timestamp)
+        rb.write_varint(record, timestamp - base_timestamp)
         record += payload[span.after_timestamp:span.end]
-        _write_varint(body, len(record))
+        rb.write_varint(body, len(record))
         body += record
     if header.log_append_time:
         max_timestamp = header.max_timestamp

@@ -31,7 +31,6 @@ from typing import Any, NoReturn, TextIO
 
 from kio.schema.errors import ErrorCode
 
-from .. import __version__
 from ..server.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -44,7 +43,13 @@ from ..server.acl import (
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, security_of
+from .common import (
+    ToolError,
+    client_settings,
+    connect_with,
+    help_or_version,
+    usage_if_empty,
+)
 
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
@@ -386,17 +391,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     err = err if err is not None else sys.stderr
     reader = stdin if stdin is not None else sys.stdin
     parser = build_parser()
-    if not args:
-        print(DESCRIPTION, file=err)
-        parser.print_help(err)
+    if usage_if_empty(args, parser, DESCRIPTION, err):
         return 1
     try:
         ns = parser.parse_args(args)
-        if ns.help:
-            parser.print_help(out)
-            return 0
-        if ns.version:
-            print(f"trio_broker {__version__}", file=out)
+        if help_or_version(ns, parser, out):
             return 0
         check_options(ns)
         pattern = parse_pattern_type(ns.resource_pattern_type)
@@ -408,10 +407,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             return reader.readline().strip().lower() == "y"
 
         settings = _client_settings(ns.command_config)
-        timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
-        with AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-acls"),
-                                     security=security_of(settings)) as conn:
+        with connect_with(ns.bootstrap_server, settings, "acls") as conn:
             if ns.add:
                 run_add(conn, ns, pattern, out)
             elif ns.remove:

@@ -141,9 +141,15 @@ def security_of(settings: dict[str, str]) -> ClientSecurity:
 
 def connect(ns: argparse.Namespace, tool: str) -> AdminConnection:
     """One connection to the first reachable ``--bootstrap-server``."""
-    settings = client_settings(ns.command_config, tool)
+    return connect_with(ns.bootstrap_server, client_settings(ns.command_config, tool), tool)
+
+
+def connect_with(bootstrap_server: str, settings: dict[str, str], tool: str) -> AdminConnection:
+    """One connection to the first reachable of ``bootstrap_server``, with the client
+    properties already read by :func:`client_settings` (request.timeout.ms, client.id,
+    security)."""
     timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
-    return AdminConnection.connect(ns.bootstrap_server, timeout=timeout,
+    return AdminConnection.connect(bootstrap_server, timeout=timeout,
                                    client_id=settings.get("client.id", f"trio-broker-{tool}"),
                                    security=security_of(settings))
 
@@ -183,6 +189,29 @@ class Request:
     def send(self, **fields: Any) -> Any:
         return self.conn.send(self.api_key, self.version,
                               build(self.api_key, self.version, **fields))
+
+
+def usage_if_empty(args: Sequence[str], parser: argparse.ArgumentParser, description: str,
+                   err: TextIO) -> bool:
+    """Kafka's tools' answer to an empty command line (``CommandLineUtils.printUsageAndDie``):
+    the description and the usage on stderr; True when the caller should exit with status 1."""
+    if args:
+        return False
+    print(description, file=err)
+    parser.print_help(err)
+    return True
+
+
+def help_or_version(options: Any, parser: argparse.ArgumentParser, out: TextIO) -> bool:
+    """Kafka's tools' ``--help`` (usage) and ``--version`` flags, answered on stdout; True when
+    one was given and the caller should exit with status 0."""
+    if options.help:
+        parser.print_help(out)
+        return True
+    if options.version:
+        print(f"trio_broker {__version__}", file=out)
+        return True
+    return False
 
 
 def emit_json(value: Any, out: TextIO) -> None:

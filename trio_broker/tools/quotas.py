@@ -37,10 +37,15 @@ from typing import Any, NoReturn, TextIO
 import attrs
 from kio.schema.errors import ErrorCode
 
-from .. import __version__
 from ..config import parse_properties
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
-from .common import ToolError, client_settings, security_of
+from .common import (
+    ToolError,
+    client_settings,
+    connect_with,
+    help_or_version,
+    usage_if_empty,
+)
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -607,25 +612,16 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     parser = build_parser()
-    if not args:
-        print(DESCRIPTION, file=err)
-        parser.print_help(err)
+    if usage_if_empty(args, parser, DESCRIPTION, err):
         return 1
     try:
         opts = parse_options(args)
-        if opts.help:
-            parser.print_help(out)
-            return 0
-        if opts.version:
-            print(f"trio_broker {__version__}", file=out)
+        if help_or_version(opts, parser, out):
             return 0
         check_options(opts)
         settings = _client_settings(opts)
         assert opts.bootstrap_server is not None
-        timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
-        with AdminConnection.connect(opts.bootstrap_server, timeout=timeout,
-                                     client_id=settings.get("client.id", "trio-broker-quotas"),
-                                     security=security_of(settings)) as conn:
+        with connect_with(opts.bootstrap_server, settings, "quotas") as conn:
             if opts.alter:
                 run_alter(conn, opts, out)
             else:

@@ -33,6 +33,7 @@ from ...observability.log import emit
 from ...protocol import records as rb
 from ...storage.txn_index import build_marker
 from ..coordinator import GroupCoordinator, OffsetCommitEntry
+from ..internal_topic import ensure_topic, every, guarded, read_batches
 from ..records import OFFSETS_TOPIC
 from . import state as sm
 from .offsets import TxnOffsets
@@ -125,36 +126,17 @@ class TransactionCoordinator:
              duration_ms=round((time.perf_counter() - started) * 1000, 3))
 
     def _read_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        lm = self.log_manager
-        offset = 0
-        while True:
-            result = lm.read(TRANSACTION_TOPIC, partition, offset,
-                             self.config.transaction_state_log_load_buffer_size)
-            offset = max(offset, result.log_start_offset)
-            if not result.records:
-                return
-            data = memoryview(result.records)
-            advanced = False
-            for position, size in rb.iter_batches(data):
-                if size < rb.HEADER_SIZE:
-                    return
-                batch = bytes(data[position:position + size])
-                header = rb.decode_header(batch)
-                if header.last_offset < offset:
-                    continue
-                offset = header.last_offset + 1
-                advanced = True
-                if rb.compute_crc(batch) != header.crc or header.is_control:
-                    continue
-                try:
-                    decoded = rb.decode_records(batch)
-                except rb.RecordBatchError:
-                    continue
-                for record in decoded:
-                    if record.key is not None:
-                        yield record.key, record.value
-            if not advanced or offset >= result.high_watermark:
-                return
+        for header, batch in read_batches(self.log_manager, TRANSACTION_TOPIC, partition, 0,
+                                          self.config.transaction_state_log_load_buffer_size):
+            if rb.compute_crc(batch) != header.crc or header.is_control:
+                continue
+            try:
+                decoded = rb.decode_records(batch)
+            except rb.RecordBatchError:
+                continue
+            for record in decoded:
+                if record.key is not None:
+                    yield record.key, record.value
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -176,14 +158,7 @@ class TransactionCoordinator:
         finally:
             self._nursery = None
 
-    @staticmethod
-    async def _guarded(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """A bug in one coordinator task costs that task, never the broker."""
-        try:
-            await fn(*args)
-        except Exception as exc:
-            emit("background_task_failed", task=fn.__name__, error=type(exc).__name__,
-                 detail=repr(exc))
+    _guarded = staticmethod(guarded)
 
     # ---------------------------------------------------------------------- writes
     async def _write(self, meta: TxnMetadata, *, tombstone: bool = False) -> ErrorCode:
@@ -193,11 +168,8 @@ class TransactionCoordinator:
         batch = rb.build_batch([(encode_key(meta.transactional_id), value, (), now)])
         lm = self.log_manager
         try:
-            if TRANSACTION_TOPIC not in lm.topics:
-                lm.create_topic(TRANSACTION_TOPIC, self._num_partitions,
-                                {**TRANSACTION_TOPIC_CONFIGS, "segment.bytes": str(
-                                    self.config.transaction_state_log_segment_bytes)},
-                                internal=True)
+            ensure_topic(lm, TRANSACTION_TOPIC, self._num_partitions, TRANSACTION_TOPIC_CONFIGS,
+                         self.config.transaction_state_log_segment_bytes)
             await lm.append(TRANSACTION_TOPIC, self.partition_for(meta.transactional_id),
                             batch, producer_check=False)
         except Exception as exc:  # storage failure: the client retries
@@ -215,6 +187,16 @@ class TransactionCoordinator:
             return E.coordinator_load_in_progress
         if self._nursery is None:
             return E.coordinator_not_available
+        return E.none
+
+    def _admit(self, transactional_id: str) -> ErrorCode:
+        """Whether a state change of ``transactional_id`` may start now: the coordinator is
+        ready and no other change of that id is in flight (AddPartitions, EndTxn)."""
+        error = self._ready()
+        if error:
+            return error
+        if transactional_id in self._busy:
+            return E.concurrent_transactions
         return E.none
 
     # -------------------------------------------------------------- InitProducerId
@@ -268,11 +250,9 @@ class TransactionCoordinator:
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[TopicPartition]) -> ErrorCode:
         """Add partitions to the producer's transaction (starting it if none is open)."""
-        error = self._ready()
+        error = self._admit(transactional_id)
         if error:
             return error
-        if transactional_id in self._busy:
-            return E.concurrent_transactions
         meta = self._txns.get(transactional_id)
         decision = sm.add_partitions(meta, producer_id, producer_epoch, frozenset(partitions),
                                      self._now_ms())
@@ -350,11 +330,9 @@ class TransactionCoordinator:
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> ErrorCode:
         """Commit or abort: PrepareX written, markers written, CompleteX written, answer."""
-        error = self._ready()
+        error = self._admit(transactional_id)
         if error:
             return error
-        if transactional_id in self._busy:
-            return E.concurrent_transactions
         meta = self._txns.get(transactional_id)
         decision = sm.end_transaction(meta, producer_id, producer_epoch, commit, self._now_ms())
         if decision.write is None:
@@ -429,10 +407,8 @@ class TransactionCoordinator:
 
     # --------------------------------------------------------------- timers
     async def _abort_timed_out_periodically(self) -> None:
-        interval = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
-        while True:
-            await trio.sleep(interval / 1000)
-            await self.abort_timed_out()
+        await every(self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                    self.abort_timed_out)
 
     async def abort_timed_out(self) -> int:
         """Abort every transaction open longer than its timeout (the number aborted), and retry
@@ -463,10 +439,8 @@ class TransactionCoordinator:
         return count
 
     async def _expire_periodically(self) -> None:
-        interval = self.config.transaction_remove_expired_transaction_cleanup_interval_ms
-        while True:
-            await trio.sleep(interval / 1000)
-            await self.expire_transactional_ids()
+        await every(self.config.transaction_remove_expired_transaction_cleanup_interval_ms,
+                    self.expire_transactional_ids)
 
     async def expire_transactional_ids(self) -> int:
         """Remove ids idle past ``transactional.id.expiration.ms`` (a tombstone each)."""

@@ -13,7 +13,7 @@ the recovery of an interrupted PrepareCommit then commits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +23,7 @@ from ...protocol import records as rb
 from ...storage.txn_index import build_marker
 from ..coordinator import GroupCoordinator, OffsetCommitEntry
 from ..group import CommittedOffset, Group, GroupState
+from ..internal_topic import read_batches
 from ..records import (
     OFFSETS_TOPIC,
     OffsetKey,
@@ -196,22 +197,5 @@ def _records(group_id: str, offsets: Mapping[TopicPartition, CommittedOffset], n
             for tp, c in offsets.items()]
 
 
-def _batches(lm: Any, partition: int, start: int) -> Any:
-    offset = start
-    while True:
-        result = lm.read(OFFSETS_TOPIC, partition, offset, _LOAD_READ_BYTES)
-        if not result.records:
-            return
-        data = memoryview(result.records)
-        advanced = False
-        for position, size in rb.iter_batches(data):
-            if size < rb.HEADER_SIZE:
-                return
-            batch = bytes(data[position:position + size])
-            header = rb.decode_header(batch)
-            if header.last_offset >= offset:
-                yield header, batch
-                offset = header.last_offset + 1
-                advanced = True
-        if not advanced or offset >= result.high_watermark:
-            return
+def _batches(lm: Any, partition: int, start: int) -> Iterator[tuple[rb.BatchHeader, bytes]]:
+    return read_batches(lm, OFFSETS_TOPIC, partition, start, _LOAD_READ_BYTES)

@@ -24,6 +24,7 @@ from ..acl import (
     ResourceType,
     validate_new_acl,
 )
+from ..authorizer import Authorizer
 from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import build, response_module, throttle
@@ -62,6 +63,18 @@ def _filter(item: Any, prefix: str) -> AclFilter:
                      _enum(PermissionType, item.permission_type))
 
 
+def _authorizer_or_refusal(ctx: RequestContext, operation: AclOperation
+                           ) -> Authorizer | tuple[ErrorCode, str]:
+    """The authorizer for an ACL request that needs ``operation`` on the cluster, or the error
+    every item of the request gets: cluster authorization is checked first, then whether an
+    authorizer is configured at all. Serves DescribeAcls, CreateAcls and DeleteAcls."""
+    if not ctx.authorize(operation, ResourceType.CLUSTER):
+        return ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED
+    if ctx.broker.authorizer is None:
+        return ErrorCode.security_disabled, NO_AUTHORIZER
+    return ctx.broker.authorizer
+
+
 @api_handler(DESCRIBE_ACLS, MIN_VERSION, MAX_VERSION)
 async def handle_describe_acls(ctx: RequestContext, body: Any) -> Any:
     module = response_module(DESCRIBE_ACLS, ctx.api_version)
@@ -70,11 +83,9 @@ async def handle_describe_acls(ctx: RequestContext, body: Any) -> Any:
         return build(module.DescribeAclsResponse, throttle_time=throttle(ctx), error_code=code,
                      error_message=message, resources=resources)
 
-    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        return answer(ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED)
-    authorizer = ctx.broker.authorizer
-    if authorizer is None:
-        return answer(ErrorCode.security_disabled, NO_AUTHORIZER)
+    authorizer = _authorizer_or_refusal(ctx, AclOperation.DESCRIBE)
+    if isinstance(authorizer, tuple):
+        return answer(*authorizer)
     flt = _filter(body, "_filter")
     try:
         flt.validate()
@@ -105,12 +116,9 @@ async def handle_create_acls(ctx: RequestContext, body: Any) -> Any:
                      results=tuple(results))
 
     creations = list(body.creations)
-    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
-        return answer([result(ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED)
-                       for _ in creations])
-    authorizer = ctx.broker.authorizer
-    if authorizer is None:
-        return answer([result(ErrorCode.security_disabled, NO_AUTHORIZER) for _ in creations])
+    authorizer = _authorizer_or_refusal(ctx, AclOperation.ALTER)
+    if isinstance(authorizer, tuple):
+        return answer([result(*authorizer) for _ in creations])
     results: list[Any] = []
     valid: list[AclBinding] = []
     for item in creations:
@@ -142,13 +150,9 @@ async def handle_delete_acls(ctx: RequestContext, body: Any) -> Any:
                      filter_results=tuple(results))
 
     filters = list(body.filters)
-    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
-        return answer([filter_result(ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED)
-                       for _ in filters])
-    authorizer = ctx.broker.authorizer
-    if authorizer is None:
-        return answer([filter_result(ErrorCode.security_disabled, NO_AUTHORIZER)
-                       for _ in filters])
+    authorizer = _authorizer_or_refusal(ctx, AclOperation.ALTER)
+    if isinstance(authorizer, tuple):
+        return answer([filter_result(*authorizer) for _ in filters])
     results: list[Any] = []
     removed: set[AclBinding] = set()
     for item in filters:
