@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import (
     ConsumerGroupHeartbeatRequest,
@@ -115,6 +116,24 @@ async def test_consumer_protocol_switched_off(start_broker: Any, autojump_clock:
         answer = await client.request(68, 1, _heartbeat(
             "m", 0, subscribed_topic_names=("t",), topic_partitions=()))
         assert answer.error_code == E.unsupported_version and answer.error_message
+
+
+async def _advertised(port: int) -> set[int]:
+    async with await WireClient.connect(port) as client:
+        answer = await client.request(18, 3, ApiVersionsRequest(
+            client_software_name="t", client_software_version="1"))
+        assert answer.error_code == E.none
+        return {int(k.api_key) for k in answer.api_keys}
+
+
+@pytest.mark.parametrize(("protocols", "listed"), [("classic", False), ("classic,consumer", True)])
+async def test_api_versions_lists_kip848_apis_only_when_enabled(
+        start_broker: Any, autojump_clock: Any, protocols: str, listed: bool) -> None:
+    # Kafka leaves ConsumerGroupHeartbeat/Describe out of ApiVersions without the protocol.
+    broker = await start_broker({"group.coordinator.rebalance.protocols": protocols})
+    keys = await _advertised(broker.port)
+    assert 18 in keys and 11 in keys
+    assert (68 in keys, 69 in keys) == (listed, listed)
 
 
 async def test_acls_group_read_and_topic_describe(start_broker: Any, autojump_clock: Any) -> None:
