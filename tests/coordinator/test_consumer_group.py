@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -185,6 +187,34 @@ def test_regex_subscription_follows_new_topics() -> None:
     topics["orders-us"] = 1
     result = group.heartbeat(HeartbeatRequest("a", 1), topics)
     assert ("orders-us", 0) in result.assignment and result.member_epoch == 2  # type: ignore
+
+
+def test_regex_matches_only_topics_the_principal_may_describe() -> None:
+    # Kafka resolves a regex against the topics its member's principal may DESCRIBE.
+    group = ConsumerGroup("g", GroupSettings())
+    topics = {"allowed-a": 2, "secret": 3}
+
+    def allowed(topic: str) -> bool:
+        return topic.startswith("allowed-")
+
+    first = group.heartbeat(HeartbeatRequest("a", 0, subscribed_topic_regex=".*",
+                                             topic_authorized=allowed), topics)
+    assert first.assignment == tps(("allowed-a", 0), ("allowed-a", 1))  # type: ignore
+    assert group.subscribed_topics == {"allowed-a": 2}
+    topics.update({"allowed-b": 1, "secret-2": 1})
+    grown = group.heartbeat(HeartbeatRequest("a", 1, topic_authorized=allowed), topics)
+    assert grown.assignment == tps(("allowed-a", 0), ("allowed-a", 1),  # type: ignore
+                                   ("allowed-b", 0))
+    assert group.members["a"].regex_topics == ("allowed-a", "allowed-b")
+    # The resolution survives a restart (it is part of the snapshot, through JSON).
+    restored = ConsumerGroup.restore("g", GroupSettings(),
+                                     json.loads(json.dumps(group.snapshot())))
+    assert restored.members == group.members
+    # Without an authorizer every matching topic counts.
+    open_group = ConsumerGroup("g", GroupSettings())
+    everything = open_group.heartbeat(HeartbeatRequest("a", 0, subscribed_topic_regex=".*"),
+                                      topics)
+    assert {tp[0] for tp in everything.assignment or ()} == set(topics)
 
 
 def test_snapshot_round_trip() -> None:

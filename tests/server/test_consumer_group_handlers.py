@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import (
     ConsumerGroupHeartbeatRequest,
@@ -19,7 +20,7 @@ from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.static.primitive import i32, i32Timedelta
 
 from tests.kafka_wire import WireClient
-from tests.server.test_acls import ON, Op, R, binding
+from tests.server.test_acls import ON, Op, P, R, binding
 from trio_broker.protocol.codec import decode_request
 from trio_broker.server.registry import supported_versions
 
@@ -117,6 +118,24 @@ async def test_consumer_protocol_switched_off(start_broker: Any, autojump_clock:
         assert answer.error_code == E.unsupported_version and answer.error_message
 
 
+async def _advertised(port: int) -> set[int]:
+    async with await WireClient.connect(port) as client:
+        answer = await client.request(18, 3, ApiVersionsRequest(
+            client_software_name="t", client_software_version="1"))
+        assert answer.error_code == E.none
+        return {int(k.api_key) for k in answer.api_keys}
+
+
+@pytest.mark.parametrize(("protocols", "listed"), [("classic", False), ("classic,consumer", True)])
+async def test_api_versions_lists_kip848_apis_only_when_enabled(
+        start_broker: Any, autojump_clock: Any, protocols: str, listed: bool) -> None:
+    # Kafka leaves ConsumerGroupHeartbeat/Describe out of ApiVersions without the protocol.
+    broker = await start_broker({"group.coordinator.rebalance.protocols": protocols})
+    keys = await _advertised(broker.port)
+    assert 18 in keys and 11 in keys
+    assert (68 in keys, 69 in keys) == (listed, listed)
+
+
 async def test_acls_group_read_and_topic_describe(start_broker: Any, autojump_clock: Any) -> None:
     broker = await start_broker({**ON, "super.users": "User:admin"})
     broker.broker.log_manager.create_topic("t", 1)
@@ -137,3 +156,23 @@ async def test_acls_group_read_and_topic_describe(start_broker: Any, autojump_cl
         ours, other = described.groups
         assert ours.error_code == E.none and ours.authorized_operations == (1 << 3) | (1 << 8)
         assert other.error_code == E.group_authorization_failed
+
+
+async def test_regex_subscription_filtered_by_topic_acls(start_broker: Any,
+                                                         autojump_clock: Any) -> None:
+    # Kafka 4 resolves a member's regex only against topics its principal may DESCRIBE.
+    broker = await start_broker({**ON, "super.users": "User:admin"})
+    for name, partitions in (("allowed-a", 2), ("allowed-b", 1), ("secret", 3)):
+        broker.broker.log_manager.create_topic(name, partitions)
+    broker.broker.authorizer.add(
+        [binding("g", Op.READ, rt=R.GROUP),
+         binding("allowed-", Op.DESCRIBE, pattern=P.PREFIXED),
+         binding("allowed-", Op.READ, pattern=P.PREFIXED)], "User:admin")
+    ids = {info.topic_id: name for name, info in broker.broker.log_manager.topics.items()}
+    async with await WireClient.connect(broker.port) as client:
+        joined = await client.request(68, 1, _heartbeat(
+            "m", 0, subscribed_topic_regex=".*", topic_partitions=()))
+        assert joined.error_code == E.none
+        assigned = {(ids[t.topic_id], int(p)) for t in joined.assignment.topic_partitions
+                    for p in t.partitions}
+        assert assigned == {("allowed-a", 0), ("allowed-a", 1), ("allowed-b", 0)}

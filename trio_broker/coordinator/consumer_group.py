@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -75,6 +75,9 @@ class HeartbeatRequest:
     owned: Partitions | None = None
     client_id: str = ""
     client_host: str = ""
+    #: Whether the member's principal may DESCRIBE a topic (None: no authorizer). Topics its
+    #: regex matches are only those it may describe, as Kafka resolves regexes.
+    topic_authorized: Callable[[str], bool] | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -92,6 +95,9 @@ class Member:
     rebalance_timeout_ms: int = 300000
     subscribed_topic_names: tuple[str, ...] = ()
     subscribed_topic_regex: str | None = None
+    #: The topics its regex matched that its principal may DESCRIBE, resolved at its latest
+    #: heartbeat (None: no authorizer, every matching topic counts).
+    regex_topics: tuple[str, ...] | None = None
     server_assignor: str | None = None
     assigned: Partitions = EMPTY
     revoking: Partitions = EMPTY
@@ -100,7 +106,11 @@ class Member:
         if topic in self.subscribed_topic_names:
             return True
         regex = self.subscribed_topic_regex
-        return regex is not None and _matches(regex, topic)
+        if regex is None:
+            return False
+        if self.regex_topics is not None:
+            return topic in self.regex_topics
+        return _matches(regex, topic)
 
 
 @attrs.frozen
@@ -199,6 +209,7 @@ class ConsumerGroup:
         member = self._member_for(req)
         before = member
         member = self._update_fields(member, req)
+        member = self._resolve_regex(member, req, topics)
         self.members[member.member_id] = member
         # One bump per heartbeat, whatever changed (a join, a subscription, the metadata).
         if self.group_epoch == epoch:
@@ -299,9 +310,24 @@ class ConsumerGroup:
         return attrs.evolve(member, **changes)
 
     @staticmethod
+    def _resolve_regex(member: Member, req: HeartbeatRequest, topics: Mapping[str, int]
+                       ) -> Member:
+        # Kafka resolves a regex against the topics the member's principal may DESCRIBE, so
+        # a regex never hands out (or reveals) a topic its ACLs hide.
+        regex, authorized = member.subscribed_topic_regex, req.topic_authorized
+        if regex is None or authorized is None:
+            resolved = None
+        else:
+            resolved = tuple(sorted(t for t in topics if _matches(regex, t) and authorized(t)))
+        if resolved == member.regex_topics:
+            return member
+        return attrs.evolve(member, regex_topics=resolved)
+
+    @staticmethod
     def _subscription_changed(a: Member, b: Member) -> bool:
         return (a.subscribed_topic_names != b.subscribed_topic_names
                 or a.subscribed_topic_regex != b.subscribed_topic_regex
+                or a.regex_topics != b.regex_topics
                 or a.server_assignor != b.server_assignor)
 
     def _bump(self, reason: str) -> None:
@@ -315,7 +341,9 @@ class ConsumerGroup:
         patterns: set[str] = set()
         for m in self.members.values():
             names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex is not None:
+            if m.regex_topics is not None:
+                names.update(m.regex_topics)  # resolved under its ACLs
+            elif m.subscribed_topic_regex is not None:
                 patterns.add(m.subscribed_topic_regex)
         if not patterns:
             return {t: topics[t] for t in sorted(names) if t in topics}
@@ -423,7 +451,9 @@ class ConsumerGroup:
             "target": {m: sorted(tps) for m, tps in self.target.items()},
             "members": [{**attrs.asdict(m, recurse=False),
                          "assigned": sorted(m.assigned), "revoking": sorted(m.revoking),
-                         "subscribed_topic_names": list(m.subscribed_topic_names)}
+                         "subscribed_topic_names": list(m.subscribed_topic_names),
+                         "regex_topics": (None if m.regex_topics is None
+                                          else list(m.regex_topics))}
                         for m in self.members.values()],
         }
 
@@ -445,6 +475,8 @@ class ConsumerGroup:
             fields["assigned"] = frozenset((t, int(p)) for t, p in fields["assigned"])
             fields["revoking"] = frozenset((t, int(p)) for t, p in fields["revoking"])
             fields["subscribed_topic_names"] = tuple(fields["subscribed_topic_names"])
+            if fields.get("regex_topics") is not None:
+                fields["regex_topics"] = tuple(fields["regex_topics"])
             member = Member(**fields)
             group.members[member.member_id] = member
             if member.instance_id is not None:

@@ -29,17 +29,26 @@ async def handle_api_versions(ctx: RequestContext, body: Any) -> Any:
     ApiVersions range; v3+ requests with an invalid client name or version get INVALID_REQUEST."""
     if ctx.request.unsupported_version:
         return _encoded(0, ErrorCode.unsupported_version, only_api_versions=True)
+    # Kafka advertises the KIP-848 APIs only when the consumer rebalance protocol is enabled.
+    consumer = ctx.broker.group_coordinator.consumer_groups.enabled
     error = ErrorCode.none
     if ctx.api_version >= 3 and not (valid_client_software(body.client_software_name)
                                      and valid_client_software(body.client_software_version)):
         error = ErrorCode.invalid_request
-    return _encoded(ctx.api_version, error)
+    return _encoded(ctx.api_version, error, consumer_protocol=consumer)
+
+
+#: The APIs of the consumer group protocol (KIP-848): ConsumerGroupHeartbeat, ConsumerGroupDescribe.
+CONSUMER_PROTOCOL_APIS = (68, 69)
 
 
 @cache
-def _encoded(version: int, error: ErrorCode, *, only_api_versions: bool = False) -> EncodedBody:
+def _encoded(version: int, error: ErrorCode, *, only_api_versions: bool = False,
+             consumer_protocol: bool = True) -> EncodedBody:
     """Every client starts with ApiVersions and the answer never changes: encode it once."""
     table = supported_versions()
+    if not consumer_protocol:
+        table = {k: v for k, v in table.items() if k not in CONSUMER_PROTOCOL_APIS}
     if only_api_versions:
         table = {API_VERSIONS_KEY: table[API_VERSIONS_KEY]}
     body = _response(version, error, table)

@@ -5,6 +5,7 @@ between topic ids on the wire and the topic names the coordinator keeps."""
 from __future__ import annotations
 
 import datetime
+import functools
 import uuid
 from typing import Any
 
@@ -20,6 +21,11 @@ from .group_common import build, client_host, coordinator, millis, nested, respo
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+
+
+def _may_describe(ctx: RequestContext, topic: str) -> bool:
+    # Not logged when denied: filtering a regex is no refused request (Kafka's logIfDenied=false).
+    return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_if_denied=False)
 
 
 def _names_by_id(ctx: RequestContext) -> dict[Any, str]:
@@ -79,7 +85,9 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any
                                 else tuple(body.subscribed_topic_names)),
         subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
         server_assignor=body.server_assignor, owned=owned,
-        client_id=ctx.request.client_id or "", client_host=client_host(ctx))
+        client_id=ctx.request.client_id or "", client_host=client_host(ctx),
+        topic_authorized=None if ctx.broker.authorizer is None else functools.partial(
+            _may_describe, ctx))
     if ctx.api_version == 0 and req.member_epoch == 0 and not req.member_id:
         # v0: the coordinator may generate the member id (v1 clients always send one).
         req = attrs.evolve(req, member_id=str(uuid.uuid4()))
