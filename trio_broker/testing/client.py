@@ -95,8 +95,9 @@ class WireClient:
     def __init__(self, stream: trio.SocketStream, client_id: str = "wire-test") -> None:
         self.stream = stream
         self.codec = ClientCodec(client_id)
-        # Requests awaiting an answer (tests that read raw frames clear it).
+        # The core's state under the names tests that read raw frames use.
         self._sent = self.codec.pending
+        self._frames = self.codec.frames
 
     @classmethod
     async def connect(cls, port: int, host: str = "127.0.0.1", client_id: str = "wire-test"
