@@ -7,14 +7,18 @@ import functools
 import io
 import json
 import re
+import socket
+import struct
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
 import trio
 
 from trio_broker.cli import main as cli_main
+from trio_broker.tools.topics import main as topics_main
 
 
 async def tool(bootstrap: str, name: str, *args: str, stdin: str | None = None
@@ -628,3 +632,38 @@ async def test_groups_unknown_group(broker: Any) -> None:
                           *view) == (0, "", "Error: Consumer group 'nope' does not exist.\n")
     assert await tool(broker.bootstrap, "groups", "--list", "--output", "json") == (
         0, "[]\n", "")
+
+
+# ------------------------------------------------------------------- untrusted responses
+def answer_once(listener: socket.socket, response: bytes) -> None:
+    """A 'broker' on a real socket: reads one request frame, writes ``response``, closes."""
+    conn, _ = listener.accept()
+    with conn:
+        conn.settimeout(10)
+        request = b""
+        while len(request) < 4 or len(request) < 4 + int.from_bytes(request[:4], "big"):
+            data = conn.recv(65536)
+            if not data:
+                return
+            request += data
+        conn.sendall(response)
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=st.binary(max_size=120), framed=st.booleans())
+def test_garbage_responses_are_one_line_not_a_traceback(body: bytes, framed: bool) -> None:
+    """Whatever a 'broker' answers (random bytes after the right size and correlation id, or
+    random bytes with no framing at all), the blocking client refuses it through the pre-scan
+    and the tool prints one line and exits 1."""
+    response = struct.pack(">ii", len(body) + 4, 1) + body if framed else body
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(10)
+        server = threading.Thread(target=answer_once, args=(listener, response))
+        server.start()
+        out, err = io.StringIO(), io.StringIO()
+        port = listener.getsockname()[1]
+        code = topics_main(["--bootstrap-server", f"127.0.0.1:{port}", "--list"],
+                           out=out, err=err)
+        server.join(10)
+    assert code == 1, (code, err.getvalue())
+    assert err.getvalue().count("\n") == 1 and "Traceback" not in err.getvalue(), err.getvalue()

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_broker.protocol.codec import DecodedRequest, encode_response
+from trio_broker.protocol.client_codec import ClientCodec, request_body
+from trio_broker.protocol.codec import API_VERSIONS_KEY, DecodedRequest, encode_response
 from trio_broker.protocol.error_response import error_response
 from trio_broker.server.registry import supported_versions
 from trio_broker.testing.client import InvalidResponse, ResponseFrames, decode_checked
@@ -67,3 +68,35 @@ def test_garbage_responses_are_refused_not_trusted(index: int, data: bytes) -> N
     key, version = SUPPORTED[index]
     with contextlib.suppress(InvalidResponse):
         decode_checked(key, version, struct.pack(">i", 1) + data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(index=st.integers(min_value=0, max_value=len(SUPPORTED) - 1), payload=st.binary(max_size=60))
+def test_the_shared_core_refuses_any_payload_it_cannot_trust(index: int, payload: bytes) -> None:
+    """ClientCodec (the core of both the Trio and the blocking client): a payload of any length
+    with any correlation id is decoded for the request it answers, or refused with
+    InvalidResponse (too short, a correlation id never sent, bytes the pre-scan refuses)."""
+    key, version = SUPPORTED[index]
+    codec = ClientCodec("c")
+    codec.pending[1] = (key, version)  # as if a request of that API had been sent
+    with contextlib.suppress(InvalidResponse):
+        got, _ = codec.decode(payload)
+        assert got == 1 and not codec.pending
+
+
+def test_request_frames_carry_increasing_correlation_ids() -> None:
+    codec = ClientCodec("c")
+    body = request_body(API_VERSIONS_KEY, 3, client_software_name="t", client_software_version="1")
+    frames = [codec.encode(API_VERSIONS_KEY, 3, body) for _ in range(3)]
+    for correlation, frame in frames:
+        assert struct.unpack_from(">ihhi", frame) == (len(frame) - 4, API_VERSIONS_KEY, 3,
+                                                      correlation)
+    assert [c for c, _ in frames] == [1, 2, 3] and sorted(codec.pending) == [1, 2, 3]
+
+
+def test_an_answer_to_nothing_is_refused() -> None:
+    codec = ClientCodec("c")
+    with pytest.raises(InvalidResponse, match="correlation id 9 in a response, expected none"):
+        codec.decode(struct.pack(">i", 9))
+    with pytest.raises(InvalidResponse, match="no correlation id"):
+        codec.decode(b"\0")

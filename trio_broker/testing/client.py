@@ -7,9 +7,10 @@ ApiVersions, Metadata, CreateTopics, Produce, Fetch, ListOffsets, FindCoordinato
 JoinGroup/SyncGroup/Heartbeat/LeaveGroup, OffsetCommit/OffsetFetch; :meth:`WireClient.request`
 sends any other request body.
 
-Requests are encoded with kio, as the broker does. Responses are bounds-checked by the broker's
-own pre-scan (:func:`~trio_broker.protocol.prescan.scan_body`) before kio's native reader sees
-them: a broker bug that writes a bad length then fails the test instead of the process.
+Requests are encoded with kio, as the broker does. The protocol work is the sans-IO core shared
+with the tools' blocking client (:class:`~trio_broker.protocol.client_codec.ClientCodec`): responses
+are bounds-checked by the broker's own pre-scan before kio's native reader sees them, so a broker
+bug that writes a bad length fails the test instead of the process.
 
 :class:`WireClient` is the raw layer (framed requests and responses on one connection, also
 for pipelined bursts and bad frames); :class:`TrioKafkaClient` adds one method per API.
@@ -17,9 +18,7 @@ for pipelined bursts and bad frames); :class:`TrioKafkaClient` adds one method p
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import importlib
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,19 +29,18 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from ..protocol import records as rb
-from ..protocol.codec import (
-    API_VERSIONS_KEY,
-    decode_response,
-    encode_request,
-    request_schema,
-    response_schema,
+from ..protocol.client_codec import (
+    MAX_RESPONSE_BYTES,
+    ClientCodec,
+    InvalidResponse,
+    ResponseFrames,
+    decode_checked,
+    request_body,
 )
-from ..protocol.prescan import InvalidRequest, scan_body
 
-__all__ = ["InvalidResponse", "KafkaError", "JoinedGroup", "ResponseFrames", "TrioKafkaClient", "WireClient",
-           "assignment", "request_body", "subscription"]
-
-MAX_RESPONSE_BYTES = 2**31 - 1
+__all__ = ["MAX_RESPONSE_BYTES", "InvalidResponse", "JoinedGroup", "KafkaError", "ResponseFrames",
+           "TrioKafkaClient", "WireClient", "assignment", "decode_checked", "request_body",
+           "subscription"]
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
@@ -72,17 +70,6 @@ def _ms(value: float) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=value)
 
 
-def request_body(api_key: int, version: int, class_name: str | None = None, **fields: Any
-                 ) -> Any:
-    """A kio request body (or one of its nested classes, by name) of that version, from the
-    fields it has: fields the version lacks are left out."""
-    cls = request_schema(api_key, version)
-    if class_name is not None:
-        cls = getattr(importlib.import_module(cls.__module__), class_name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})
-
-
 def subscription(*topics: str) -> bytes:
     """A ConsumerProtocolSubscription v0 (what Java and librdkafka consumers send)."""
     out = struct.pack(">hi", 0, len(topics))
@@ -102,90 +89,49 @@ def assignment(partitions: Mapping[str, Sequence[int]]) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-class ResponseFrames:
-    """Splits the response byte stream into payloads: the size prefix read here by hand, not
-    with the broker's ``FrameDecoder``, so a framing bug cannot hide on both sides."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    def next_frame(self) -> bytes | None:
-        buffer = self._buffer
-        if len(buffer) < 4:
-            return None
-        size = int.from_bytes(buffer[:4], "big", signed=True)
-        if not 0 <= size <= MAX_RESPONSE_BYTES:
-            raise InvalidResponse(f"bad response size {size}")
-        if len(buffer) < 4 + size:
-            return None
-        payload = bytes(buffer[4:4 + size])
-        del buffer[:4 + size]
-        return payload
-
-
-class InvalidResponse(Exception):
-    """A response the client cannot read: a length that overruns the frame (found by the
-    pre-scan before kio reads anything) or a value kio refuses (an unknown error code)."""
-
-
-def decode_checked(api_key: int, version: int, payload: bytes) -> tuple[int, Any]:
-    """``(correlation_id, body)`` of a response payload, pre-scanned before kio reads it."""
-    schema = response_schema(api_key, version)
-    offset = 4 + (1 if schema.__flexible__ and api_key != API_VERSIONS_KEY else 0)
-    try:
-        checked = scan_body(schema, payload, offset, api_key, version)
-    except InvalidRequest as exc:
-        raise InvalidResponse(f"{exc.reason}: {exc.detail}") from None
-    try:
-        return decode_response(api_key, version, checked)
-    except Exception as exc:  # kio raises several types for values it refuses
-        raise InvalidResponse(repr(exc)) from None
-
-
 class WireClient:
     """Sends framed requests and reads framed responses on one connection."""
 
     def __init__(self, stream: trio.SocketStream, client_id: str = "wire-test") -> None:
         self.stream = stream
-        self.client_id = client_id
-        self._frames = ResponseFrames()
-        self._next_correlation = 1
-        self._sent: dict[int, tuple[int, int]] = {}
+        self.codec = ClientCodec(client_id)
+        # The core's state under the names tests that read raw frames use.
+        self._sent = self.codec.pending
+        self._frames = self.codec.frames
 
     @classmethod
     async def connect(cls, port: int, host: str = "127.0.0.1", client_id: str = "wire-test"
                       ) -> Any:
         return cls(await trio.open_tcp_stream(host, port), client_id)
 
+    @property
+    def client_id(self) -> str | None:
+        return self.codec.client_id
+
     def encode(self, api_key: int, version: int, body: Any, client_id: str | None = None
                ) -> bytes:
-        correlation = self._next_correlation
-        self._next_correlation += 1
-        self._sent[correlation] = (api_key, version)
-        return encode_request(api_key, version, correlation,
-                              self.client_id if client_id is None else client_id, body)
+        """A request frame (for pipelined bursts sent with :meth:`send_raw`)."""
+        return self.codec.encode(api_key, version, body, client_id)[1]
 
     async def send(self, api_key: int, version: int, body: Any) -> int:
-        frame = self.encode(api_key, version, body)
+        """Send one request; its correlation id."""
+        correlation, frame = self.codec.encode(api_key, version, body)
         await self.stream.send_all(frame)
-        return self._next_correlation - 1
+        return correlation
 
     async def send_raw(self, data: bytes) -> None:
         await self.stream.send_all(data)
 
     async def receive_frame(self) -> bytes | None:
         """The next response payload, or None at end of stream."""
-        while (payload := self._frames.next_frame()) is None:
+        while (payload := self.codec.next_frame()) is None:
             try:
                 data = await self.stream.receive_some(65536)
             except trio.BrokenResourceError:
                 return None
             if not data:
                 return None
-            self._frames.feed(data)
+            self.codec.feed(data)
         return payload
 
     async def receive(self) -> tuple[int, Any]:
@@ -193,9 +139,7 @@ class WireClient:
         payload = await self.receive_frame()
         if payload is None:
             raise trio.BrokenResourceError("connection closed by the broker")
-        (correlation,) = struct.unpack_from(">i", payload, 0)
-        api_key, version = self._sent.pop(correlation)
-        return decode_checked(api_key, version, payload)
+        return self.codec.decode(payload)
 
     async def request(self, api_key: int, version: int, body: Any) -> Any:
         await self.send(api_key, version, body)
@@ -294,9 +238,8 @@ class TrioKafkaClient(WireClient):
                                 PRODUCE, "TopicProduceData", name=topic,
                                 partition_data=(data,)),))
         if acks == 0:
-            await self.send(PRODUCE, VERSIONS[PRODUCE], body)
             # No response comes: forget the correlation id.
-            self._sent.pop(self._next_correlation - 1, None)
+            self.codec.forget(await self.send(PRODUCE, VERSIONS[PRODUCE], body))
             return -1
         response = await self.request(PRODUCE, VERSIONS[PRODUCE], body)
         answer = response.responses[0].partition_responses[0]

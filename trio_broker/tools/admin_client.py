@@ -2,14 +2,15 @@
 
 Kafka's tools use the Java AdminClient; ours need one connection to one broker of the
 ``--bootstrap-server`` list, so a blocking socket is enough (no event loop, no threads).
-Requests are kio message bodies encoded with the project's codec.
+The protocol work (request frames, correlation ids, response framing, decoding through the
+broker's pre-scan) is the sans-IO core it shares with the pytest plugin's Trio client,
+:class:`~trio_broker.protocol.client_codec.ClientCodec`; this module is the blocking I/O around it.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import sys
 from types import ModuleType
 from typing import Any
@@ -23,8 +24,8 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from .. import __version__
-from ..protocol.codec import API_VERSIONS_KEY, decode_response, encode_request
-from ..protocol.framing import FrameDecoder
+from ..protocol.client_codec import ClientCodec, InvalidResponse
+from ..protocol.codec import API_VERSIONS_KEY
 
 #: What this client sends as its KIP-511 software name (letters, digits, '-' and '.').
 CLIENT_SOFTWARE_NAME = "trio-broker-tools"
@@ -114,8 +115,7 @@ class AdminConnection:
         self._sock = sock
         self.client_id = client_id
         self._timeout = timeout
-        self._frames = FrameDecoder(_MAX_RESPONSE_BYTES)
-        self._correlation = 0
+        self._codec = ClientCodec(client_id, _MAX_RESPONSE_BYTES)
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self.security = PLAINTEXT
 
@@ -214,18 +214,20 @@ class AdminConnection:
         return min(broker[1], ours[1])
 
     def send(self, api_key: int, api_version: int, body: Any) -> Any:
-        """Send one request and return the decoded response body."""
-        self._correlation += 1
-        correlation = self._correlation
-        self._sock.sendall(encode_request(api_key, api_version, correlation, self.client_id, body))
-        payload = self._receive_frame()
-        (got,) = struct.unpack_from(">i", payload, 0)
-        if got != correlation:
-            raise AdminClientError(f"correlation id {got} in a response, expected {correlation}")
-        return decode_response(api_key, api_version, payload)[1]
+        """Send one request and return the decoded response body.
+
+        A response this client cannot read (bad size, unknown correlation id, a length the
+        pre-scan refuses, a value kio refuses) raises :class:`AdminClientError`."""
+        _, frame = self._codec.encode(api_key, api_version, body)
+        self._sock.sendall(frame)
+        try:
+            return self._codec.decode(self._receive_frame())[1]
+        except InvalidResponse as exc:
+            raise AdminClientError(
+                f"Invalid {api_display_name(api_key)} response from the broker: {exc}") from None
 
     def _receive_frame(self) -> bytes:
-        while (payload := self._frames.next_frame()) is None:
+        while (payload := self._codec.next_frame()) is None:
             try:
                 data = self._sock.recv(65536)
             except TimeoutError:
@@ -233,5 +235,5 @@ class AdminConnection:
                     f"Timed out waiting for a response after {self._timeout:g} s") from None
             if not data:
                 raise AdminClientError("The broker closed the connection")
-            self._frames.feed(data)
+            self._codec.feed(data)
         return payload
