@@ -296,7 +296,7 @@ def run(quick: bool, lines: int | None = None) -> BenchResult:
         result.notes.append(f"analyze ran {summary.get('spark_jobs')} Spark jobs over one read "
                             "of the input")
         stages = [line for line in spark.err.splitlines() if line.startswith("analyze: [")]
-        result.details += stages[-20:]
+        result.details += stages
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -630,8 +630,14 @@ def slowest_requests(events: DataFrame, limit: int = 50) -> DataFrame:
             .limit(limit))
 
 
+#: Relative standard deviation of ``top_clients``' count of distinct connections per client
+#: (``approx_count_distinct``): 1%, so about 95% of counts are within 2% of the exact one.
+CONNECTIONS_RSD = 0.01
+
+
 def top_clients(events: DataFrame) -> DataFrame:
-    """Every client id by requests (then bytes), with the bytes it sent and received."""
+    """Every client id by requests (then bytes), with the bytes it sent and received and its
+    number of distinct connections (approximate: :data:`CONNECTIONS_RSD`)."""
     from pyspark.sql import functions as F
 
     return (_of(events, "request")
@@ -642,7 +648,10 @@ def top_clients(events: DataFrame) -> DataFrame:
                  F.try_add(F.coalesce(F.try_sum("request_bytes"), F.lit(0)),
                            F.coalesce(F.try_sum("response_bytes"), F.lit(0)))
                  .alias("total_bytes"),
-                 F.countDistinct("connection_id").alias("connections"),
+                 # Approximate (HyperLogLog++, CONNECTIONS_RSD): an exact distinct count
+                 # shuffled every (client, connection) pair, a quarter of the run's time on
+                 # the bench log where nearly every request has its own connection id.
+                 F.approx_count_distinct("connection_id", CONNECTIONS_RSD).alias("connections"),
                  F.sort_array(F.collect_set("api")).alias("apis"),
                  F.first("client_software_name", ignorenulls=True).alias("client_software_name"),
                  F.first("client_software_version", ignorenulls=True)
