@@ -10,6 +10,10 @@ are needed. What waits is expressed with Trio primitives:
   MEMBER_ID_REQUIRED, one per group for the join phase (rebalance timeout, or
   ``group.initial.rebalance.delay.ms`` for an empty group) and one for the sync phase;
 * writes to ``__consumer_offsets`` go through one writer task, in the order the state changed.
+
+This module holds membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, timers, rebalances);
+loading and writing ``__consumer_offsets`` are in :mod:`.storage` and the offsets and admin
+requests in :mod:`.offsets`, as mixins :class:`GroupCoordinator` inherits.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -26,19 +30,9 @@ from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig
 from ..observability.log import emit
-from ..protocol.records import (
-    Record,
-    RecordBatchError,
-    build_batch,
-    compute_crc,
-    decode_header,
-    decode_records,
-    iter_batches,
-)
 from .consumer_coordinator import ConsumerGroups
 from .group import (
     VALID_PREVIOUS_STATES,
-    CommittedOffset,
     Group,
     GroupState,
     JoinResult,
@@ -46,23 +40,30 @@ from .group import (
     Pending,
     SyncResult,
 )
-from .internal_topic import ensure_topic, every, guarded
-from .records import (
-    OFFSETS_TOPIC,
-    GroupKey,
-    GroupValue,
-    MemberValue,
-    OffsetKey,
-    OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-    encode_group_key,
-    encode_group_value,
-    encode_offset_key,
-    encode_offset_value,
-    partition_for,
+from .internal_topic import guarded
+from .offsets import GroupOffsets
+from .records import partition_for
+from .storage import OFFSETS_TOPIC_CONFIGS, GroupStorage, _Write
+from .summaries import (
+    GroupListing,
+    GroupSummary,
+    MemberSummary,
+    OffsetCommitEntry,
+    TopicPartition,
 )
+
+# The value classes moved to .summaries and OFFSETS_TOPIC_CONFIGS to .storage; they stay
+# importable from here.
+__all__ = [
+    "NEW_MEMBER_JOIN_TIMEOUT_MS",
+    "OFFSETS_TOPIC_CONFIGS",
+    "GroupCoordinator",
+    "GroupListing",
+    "GroupSummary",
+    "MemberSummary",
+    "OffsetCommitEntry",
+    "TopicPartition",
+]
 
 E = ErrorCode
 
@@ -70,67 +71,12 @@ E = ErrorCode
 #: ``GroupCoordinator.NewMemberJoinTimeoutMs``).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
-#: Largest read while loading ``__consumer_offsets``.
-_LOAD_READ_BYTES = 4 * 1024 * 1024
-
-TopicPartition = tuple[str, int]
-
-#: Topic configs of ``__consumer_offsets``, as Kafka creates it: compacted (the newest record
-#: per group and per committed partition survives; tombstones go after delete.retention.ms),
-#: with ``offsets.topic.segment.bytes`` as its segment size.
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
-
-
-@attrs.frozen
-class OffsetCommitEntry:
-    """One partition of an OffsetCommit request."""
-
-    offset: int
-    leader_epoch: int = -1
-    metadata: str | None = ""
-
-
-@attrs.frozen
-class MemberSummary:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@attrs.frozen
-class GroupSummary:
-    """DescribeGroups' view of one group."""
-
-    error: int
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol_name: str
-    members: tuple[MemberSummary, ...]
-
-
-@attrs.frozen
-class GroupListing:
-    group_id: str
-    protocol_type: str
-    state: str
-
-
-@attrs.frozen
-class _Write:
-    partition: int
-    batch: bytes
-    done: Pending[int]
-
 
 def _now() -> float:
     return trio.current_time()
 
 
-class GroupCoordinator:
+class GroupCoordinator(GroupStorage, GroupOffsets):
     """The broker's group coordinator (one node: it coordinates every group).
 
     ``load()`` reads ``__consumer_offsets`` (creating it when missing); ``run()`` owns the timers
@@ -170,127 +116,6 @@ class GroupCoordinator:
 
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
-
-    def load(self) -> None:
-        """Create ``__consumer_offsets`` if needed and rebuild groups and offsets from it."""
-        if self._loaded:
-            return
-        started = time.perf_counter()
-        lm = self.log_manager
-        info = lm.topics.get(OFFSETS_TOPIC)
-        # Created on the first write, as Kafka creates it on first use: a broker that never
-        # sees a group does not pay for its partitions at start-up.
-        self._num_partitions = (info.num_partitions if info is not None
-                                else self.config.offsets_topic_num_partitions)
-        if info is not None and "compact" not in info.configs.get("cleanup.policy", ""):
-            # Created by a version without compaction (retention off, growing forever):
-            # from now on it is compacted as Kafka's is.
-            lm.alter_topic_config(OFFSETS_TOPIC, {"cleanup.policy": "compact",
-                                                  "retention.ms": None, "retention.bytes": None},
-                                  incremental=True)
-        offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        metadata: dict[str, GroupValue | None] = {}
-        records = 0
-        for partition in range(self._num_partitions if info is not None else 0):
-            for record in self._read_partition(partition):
-                records += 1
-                try:
-                    if record.key is None or \
-                            self.consumer_groups.load_record(record.key, record.value):
-                        continue
-                    key = decode_key(record.key)
-                    if isinstance(key, OffsetKey):
-                        group_offsets = offsets.setdefault(key.group_id, {})
-                        tp = (key.topic, key.partition)
-                        if record.value is None:
-                            group_offsets.pop(tp, None)
-                        else:
-                            value = decode_offset_value(record.value)
-                            group_offsets[tp] = CommittedOffset(
-                                value.offset, value.leader_epoch, value.metadata,
-                                value.commit_timestamp_ms)
-                    else:
-                        metadata[key.group_id] = (None if record.value is None
-                                                  else decode_group_value(record.value))
-                except ValueError:
-                    continue  # a record we cannot read is skipped, as Kafka skips unknown keys
-        count = 0
-        for group_id in sorted(set(offsets) | set(metadata)):
-            group_offsets = offsets.get(group_id, {})
-            group_value = metadata.get(group_id)
-            if group_value is None and not group_offsets:
-                continue
-            self._groups[group_id] = self._restore_group(group_id, group_value, group_offsets)
-            count += 1
-        self.consumer_groups.finish_load()
-        self._loaded = True
-        emit("groups_loaded", partitions=self._num_partitions, groups=count,
-             offsets=sum(len(o) for o in offsets.values()), records=records,
-             duration_ms=round((time.perf_counter() - started) * 1000, 3))
-
-    def _read_partition(self, partition: int) -> Iterable[Any]:
-        lm = self.log_manager
-        log = lm.get_partition(OFFSETS_TOPIC, partition)
-        if log is None:
-            return
-        offset = 0
-        while True:
-            result = lm.read(OFFSETS_TOPIC, partition, offset, _LOAD_READ_BYTES)
-            offset = max(offset, result.log_start_offset)
-            if not result.records:
-                break
-            advanced = False
-            data = memoryview(result.records)
-            for position, size in iter_batches(data):
-                batch = data[position:position + size]
-                header = decode_header(batch)
-                last = header.last_offset
-                if last < offset:
-                    continue
-                stored: list[Record] = []
-                # A batch that does not check out is skipped, never fatal (Kafka skips what
-                # it cannot read when loading this topic).
-                # Transactional commits stay pending until they commit (transaction/offsets.py).
-                if compute_crc(batch) == header.crc and not header.is_transactional:
-                    try:
-                        stored = decode_records(batch)
-                    except RecordBatchError:
-                        stored = []
-                for record in stored:
-                    if record.offset >= offset:
-                        yield record
-                offset = last + 1
-                advanced = True
-            if not advanced or offset >= result.high_watermark:
-                break
-
-    def _restore_group(self, group_id: str, value: GroupValue | None,
-                       offsets: dict[TopicPartition, CommittedOffset]) -> Group:
-        group = Group(group_id, state_timestamp_ms=self._now_ms())
-        group.offsets = dict(offsets)
-        if value is not None:
-            group.generation_id = value.generation_id
-            group.protocol_type = value.protocol_type or None
-            group.protocol_name = value.protocol_name
-            if value.state_timestamp_ms >= 0:
-                group.state_timestamp_ms = value.state_timestamp_ms
-            for m in value.members:
-                member = Member(
-                    member_id=m.member_id, group_instance_id=m.group_instance_id,
-                    client_id=m.client_id, client_host=m.client_host,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    session_timeout_ms=m.session_timeout_ms,
-                    protocol_type=value.protocol_type,
-                    protocols=[(value.protocol_name or "", m.subscription)],
-                    assignment=m.assignment)
-                group.add_member(member)
-            group.protocol_type = value.protocol_type or None
-            group.leader_id = value.leader_id if value.leader_id in group.members else \
-                next(iter(group.members), None)
-            if group.members:
-                group.state = GroupState.STABLE
-                group.subscribed_topics = group.compute_subscribed_topics()
-        return group
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -338,53 +163,6 @@ class GroupCoordinator:
         if self._nursery is None:
             raise RuntimeError("the group coordinator is not running")
         return self._nursery
-
-    # ---------------------------------------------------------------------- writes
-    def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Pending[int]:
-        done: Pending[int] = Pending()
-        now = self._now_ms()
-        batch = build_batch([(key, value, (), now) for key, value in records])
-        self._write_send.send_nowait(_Write(partition, batch, done))
-        return done
-
-    def _ensure_offsets_topic(self) -> None:
-        ensure_topic(self.log_manager, OFFSETS_TOPIC, self._num_partitions,
-                     OFFSETS_TOPIC_CONFIGS, self.config.offsets_topic_segment_bytes)
-
-    async def _writer(self) -> None:
-        async for item in self._write_receive:
-            try:
-                self._ensure_offsets_topic()
-                await self.log_manager.append(OFFSETS_TOPIC, item.partition, item.batch,
-                                              producer_check=False)
-            except Exception as exc:  # storage failures become retriable coordinator errors
-                code = getattr(exc, "error_code", None)
-                emit("coordinator_write_failed", partition=item.partition, error=repr(exc))
-                item.done.set(E.invalid_commit_offset_size if code == E.message_too_large
-                              else E.coordinator_not_available)
-            else:
-                item.done.set(E.none)
-
-    def _group_record(self, group: Group, assignment: Mapping[str, bytes] | None = None
-                      ) -> tuple[bytes, bytes | None]:
-        members = []
-        for member in group.members.values():
-            try:
-                subscription = member.metadata_for(group.protocol_name or "")
-            except KeyError:
-                subscription = b""
-            members.append(MemberValue(
-                member.member_id, member.group_instance_id, member.client_id, member.client_host,
-                member.rebalance_timeout_ms, member.session_timeout_ms, subscription,
-                (assignment or {}).get(member.member_id, member.assignment)))
-        value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name,
-                           group.leader_id, group.state_timestamp_ms, tuple(members))
-        return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)
-
-    def _store_group(self, group: Group, assignment: Mapping[str, bytes] | None = None
-                     ) -> Pending[int]:
-        return self._enqueue(self.partition_for(group.group_id),
-                             [self._group_record(group, assignment)])
 
     # ------------------------------------------------------------------- states
     def _transition(self, group: Group, new_state: GroupState) -> None:
@@ -959,259 +737,6 @@ class GroupCoordinator:
         self._remove_member_and_update_group(
             group, member, f"member {member_id} left" + (f" ({reason})" if reason else ""))
         return E.none
-
-    # ---------------------------------------------------------------- OffsetCommit
-    async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
-                             group_instance_id: str | None,
-                             offsets: Mapping[TopicPartition, OffsetCommitEntry]
-                             ) -> dict[TopicPartition, int]:
-        """Commit offsets (members, or simple consumers with generation -1); per-partition errors."""
-
-        def everywhere(error: int) -> dict[TopicPartition, int]:
-            return dict.fromkeys(offsets, error)
-
-        if not self._loaded:
-            return everywhere(E.coordinator_load_in_progress)
-        if self._nursery is None:
-            return everywhere(E.coordinator_not_available)
-        consumer_check = self.consumer_groups.check_commit(group_id, generation_id, member_id)
-        if consumer_check is not None:
-            if consumer_check:
-                return everywhere(consumer_check)
-            # A consumer group's member checked out: its offsets are stored as a simple
-            # commit in the group's offsets-only entry.
-            generation_id, member_id, group_instance_id = -1, "", None
-        group = self._groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                # The group is unknown, so this member's generation cannot be current.
-                return everywhere(E.illegal_generation)
-            group = self._groups[group_id] = Group(group_id, state_timestamp_ms=self._now_ms())
-        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
-        if error:
-            return everywhere(error)
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return everywhere(E.rebalance_in_progress)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._touch(member)
-        now = self._now_ms()
-        results: dict[TopicPartition, int] = {}
-        accepted: dict[TopicPartition, CommittedOffset] = {}
-        topics = self.log_manager.topics
-        for tp, entry in offsets.items():
-            metadata = entry.metadata or ""
-            info = topics.get(tp[0])
-            if info is None or not 0 <= tp[1] < info.num_partitions:
-                results[tp] = E.unknown_topic_or_partition
-            elif len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
-                results[tp] = E.offset_metadata_too_large
-            else:
-                accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
-        if accepted:
-            records: list[tuple[bytes, bytes | None]] = [
-                (encode_offset_key(OffsetKey(group_id, tp[0], tp[1])),
-                 encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
-                                                 c.commit_timestamp_ms)))
-                for tp, c in accepted.items()]
-            write_error = await self._enqueue(self.partition_for(group_id), records).wait()
-            if not write_error and self._groups.get(group_id) is group:
-                group.offsets.update(accepted)
-            for tp in accepted:
-                results[tp] = write_error
-        emit("offsets_committed", group_id=group_id, member_id=member_id,
-             generation=generation_id, partitions=len(offsets),
-             errors=sum(1 for e in results.values() if e))
-        return results
-
-    def _validate_offset_commit(self, group: Group, generation_id: int, member_id: str,
-                                instance_id: str | None) -> int:
-        if group.state is GroupState.DEAD:
-            return E.coordinator_not_available
-        if generation_id >= 0 or member_id or instance_id is not None:
-            error = self._validate_member(group, member_id, instance_id)
-            if error:
-                return error
-            if generation_id != group.generation_id:
-                return E.illegal_generation
-            return E.none
-        if group.state is not GroupState.EMPTY:
-            # Only members may commit while the group has members.
-            return E.unknown_member_id
-        return E.none
-
-    # ----------------------------------------------------------------- OffsetFetch
-    def fetch_offsets(self, group_id: str, partitions: Sequence[TopicPartition] | None
-                      ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:
-        """Committed offsets of ``partitions`` (all the group has when None)."""
-        if not self._loaded:
-            return E.coordinator_load_in_progress, {}
-        group = self._groups.get(group_id)
-        stored = group.offsets if group is not None and group.state is not GroupState.DEAD else {}
-        if partitions is None:
-            return E.none, dict(sorted(stored.items()))
-        return E.none, {tp: stored.get(tp) for tp in partitions}
-
-    # ---------------------------------------------------------------- OffsetDelete
-    async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]
-                             ) -> tuple[int, dict[TopicPartition, int]]:
-        """Delete committed offsets of partitions the group does not consume (KIP-496)."""
-        if not self._loaded:
-            return E.coordinator_load_in_progress, {}
-        if self._nursery is None:
-            return E.coordinator_not_available, {}
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return E.group_id_not_found, {}
-        if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
-            return E.non_empty_group, {}
-        results: dict[TopicPartition, int] = {}
-        deletable = []
-        topics = self.log_manager.topics
-        for tp in partitions:
-            info = topics.get(tp[0])
-            if info is None or not 0 <= tp[1] < info.num_partitions:
-                results[tp] = E.unknown_topic_or_partition
-            elif group.state is not GroupState.EMPTY and group.is_subscribed_to(tp[0]):
-                results[tp] = E.group_subscribed_to_topic
-            else:
-                results[tp] = E.none
-                deletable.append(tp)
-        present = [tp for tp in deletable if tp in group.offsets]
-        if present:
-            error = await self._write_offset_tombstones(group, present)
-            if error:
-                return error, {}
-            for tp in present:
-                group.offsets.pop(tp, None)
-        return E.none, results
-
-    async def _write_offset_tombstones(self, group: Group, partitions: Iterable[TopicPartition]
-                                       ) -> int:
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(OffsetKey(group.group_id, t, p)), None) for t, p in partitions]
-        if not records:
-            return E.none
-        return await self._enqueue(self.partition_for(group.group_id), records).wait()
-
-    # -------------------------------------------------------- ListGroups / Describe
-    def list_groups(self, states: Iterable[str] = ()) -> tuple[int, list[GroupListing]]:
-        if not self._loaded:
-            return E.coordinator_load_in_progress, []
-        wanted = {s.lower() for s in states}
-        listings = []
-        for group in self._groups.values():
-            if group.state is GroupState.DEAD:
-                continue
-            if wanted and group.state.value.lower() not in wanted:
-                continue
-            listings.append(GroupListing(group.group_id, group.protocol_type or "",
-                                         group.state.value))
-        return E.none, listings
-
-    def describe_group(self, group_id: str) -> GroupSummary:
-        if not self._loaded:
-            return GroupSummary(E.coordinator_load_in_progress, group_id, "", "", "", ())
-        group = self._groups.get(group_id)
-        if group is None:
-            return GroupSummary(E.none, group_id, GroupState.DEAD.value, "", "", ())
-        stable = group.state is GroupState.STABLE
-        protocol = group.protocol_name or ""
-        members = []
-        for m in group.members.values():
-            metadata = b""
-            if stable:
-                try:
-                    metadata = m.metadata_for(protocol)
-                except KeyError:
-                    metadata = b""
-            members.append(MemberSummary(m.member_id, m.group_instance_id, m.client_id,
-                                         m.client_host, metadata,
-                                         m.assignment if stable else b""))
-        return GroupSummary(E.none, group_id, group.state.value, group.protocol_type or "",
-                            protocol if stable else "", tuple(members))
-
-    # ---------------------------------------------------------------- DeleteGroups
-    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
-        results: dict[str, int] = {}
-        for group_id in group_ids:
-            results[group_id] = await self._delete_group(group_id)
-        return results
-
-    async def _delete_group(self, group_id: str) -> int:
-        if not self._loaded:
-            return E.coordinator_load_in_progress
-        if self._nursery is None:
-            return E.coordinator_not_available
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return E.group_id_not_found
-        if group.state is not GroupState.EMPTY:
-            return E.non_empty_group
-        error = self._remove_group(group, "DeleteGroups")
-        return await error.wait() if error is not None else E.none
-
-    def _remove_group(self, group: Group, reason: str) -> Pending[int] | None:
-        """Mark an empty group Dead, forget it and write its tombstones."""
-        self._transition(group, GroupState.DEAD)
-        del self._groups[group.group_id]
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-            for t, p in sorted(group.offsets)]
-        records.append((encode_group_key(GroupKey(group.group_id)), None))
-        group.offsets.clear()
-        emit("group_deleted", group_id=group.group_id, reason=reason)
-        return self._enqueue(self.partition_for(group.group_id), records)
-
-    # -------------------------------------------------------------- offset expiry
-    async def _expire_offsets_periodically(self) -> None:
-        await every(self.config.offsets_retention_check_interval_ms, self.expire_offsets)
-
-    def expire_offsets(self) -> int:
-        """Kafka's ``cleanupGroupMetadata``: expire old offsets, drop empty groups without any.
-
-        Returns how many offsets expired.
-        """
-        now = self._now_ms()
-        retention = self.config.offsets_retention_minutes * 60 * 1000
-        total = 0
-        for group in list(self._groups.values()):
-            expired = self.consumer_groups.expired_offsets(group.group_id, group.offsets, now,
-                                                           retention)
-            if expired is None:
-                expired = self._expired_offsets(group, now, retention)
-            if expired:
-                total += len(expired)
-                for tp in expired:
-                    del group.offsets[tp]
-                emit("offsets_expired", group_id=group.group_id, partitions=len(expired),
-                     state=group.state.value)
-            if group.state is GroupState.EMPTY and not group.offsets \
-                    and not group.pending_members:
-                self._remove_group(group, "offsets expired" if expired else "empty group")
-            elif expired:
-                self._enqueue(self.partition_for(group.group_id), [
-                    (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-                    for t, p in expired])
-        return total
-
-    @staticmethod
-    def _expired_offsets(group: Group, now: int, retention: int) -> list[TopicPartition]:
-        if group.protocol_type is not None and group.state is GroupState.EMPTY:
-            # A consumer group that is now empty: everything expires together, counted from
-            # the moment it became empty.
-            return [tp for tp in group.offsets if now - group.state_timestamp_ms >= retention]
-        if group.protocol_type is None:
-            # Simple consumers: each offset counts from its own commit.
-            return [tp for tp, c in group.offsets.items()
-                    if now - c.commit_timestamp_ms >= retention]
-        if group.protocol_type == "consumer" and group.subscribed_topics is not None \
-                and group.state is GroupState.STABLE:
-            # Offsets of topics nobody subscribes to any more.
-            return [tp for tp, c in group.offsets.items()
-                    if tp[0] not in group.subscribed_topics
-                    and now - c.commit_timestamp_ms >= retention]
-        return []
 
 
 @attrs.frozen
