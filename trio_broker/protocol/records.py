@@ -289,10 +289,11 @@ def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
 
 def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: int,
                              header: BatchHeader,
-                             max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT
-                             ) -> tuple[int, int]:
+                             max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT,
+                             payload: bytes | None = None) -> tuple[int, int]:
     """``(smallest, largest)`` record timestamp of the batch at ``position``; compressed
-    records are decompressed first (at most ``max_decompressed`` bytes).
+    records are decompressed first (at most ``max_decompressed`` bytes), unless the caller
+    already holds them decompressed (``payload``).
 
     Only each record's length and timestamp delta are read (varints); the rest is skipped.
     """
@@ -301,8 +302,8 @@ def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: in
         at = position + HEADER_SIZE
         end = position + header.size
     else:
-        data = records_payload(memoryview(batch)[position:position + header.size], header,
-                               max_decompressed)
+        data = payload if payload is not None else records_payload(
+            memoryview(batch)[position:position + header.size], header, max_decompressed)
         at, end = 0, len(data)
     largest = -(1 << 63)
     smallest = 1 << 63

@@ -230,7 +230,12 @@ def batch_has_keyless_record(data: bytes | bytearray | memoryview, position: int
     """Produce into a compacted topic: does the batch hold a record without a key? (Compressed
     records are decompressed, at most ``max_decompressed`` bytes: more is CORRUPT_MESSAGE.)"""
     batch = memoryview(data)[position:position + header.size]
-    payload = rb.records_payload(batch, header, max_decompressed)
+    return payload_has_keyless_record(rb.records_payload(batch, header, max_decompressed), header)
+
+
+def payload_has_keyless_record(payload: bytes | memoryview, header: rb.BatchHeader
+                               ) -> bool:
+    """As :func:`batch_has_keyless_record`, given the batch's records already decompressed."""
     return any(span.key is None for span in iter_records(payload, header.record_count))
 
 

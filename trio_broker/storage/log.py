@@ -22,7 +22,7 @@ from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
 from ..protocol.compression import decompressed_limit
-from .cleaner import batch_has_keyless_record, recover_swaps
+from .cleaner import payload_has_keyless_record, recover_swaps
 from .errors import (
     BATCH_ERRORS,
     CorruptMessage,
@@ -229,8 +229,9 @@ class PartitionLog:
                 f"Message batch size is {len(records)} bytes in append to partition "
                 f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
                 f"size of {self.config.segment_bytes}.")
+        decompressed: dict[int, bytes] = {}
         if from_client and self.config.compact:
-            self._require_keys(records, batches)
+            decompressed = self._require_keys(records, batches)
         state = self.producer_state
         if producer_check:
             # Kafka answers a retried batch with the offsets it got the first time.
@@ -252,14 +253,15 @@ class PartitionLog:
         messages = 0
         for position, header in batches:
             if stamp is None:
-                max_timestamp = self._derived_max_timestamp(data, position, header)
+                max_timestamp = self._derived_max_timestamp(data, position, header,
+                                                            decompressed.get(position))
             else:
                 max_timestamp = stamp
                 if header.compression:
                     # The header is all LogAppendTime rewrites, but a compressed batch is
                     # still decompressed once, as Kafka's LogValidator does: a corrupt one
                     # (or a decompression bomb) is refused, never stored.
-                    self._records_bounds(data, position, header)
+                    self._records_bounds(data, position, header, decompressed.get(position))
             rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
             header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp,
                                   partition_leader_epoch=LEADER_EPOCH)
@@ -282,24 +284,32 @@ class PartitionLog:
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
 
-    def _require_keys(self, records: bytes, batches: list[tuple[int, rb.BatchHeader]]) -> None:
-        """Kafka's LogValidator.validateKey: a compacted topic refuses records without a key."""
+    def _require_keys(self, records: bytes, batches: list[tuple[int, rb.BatchHeader]]
+                      ) -> dict[int, bytes]:
+        """Kafka's LogValidator.validateKey: a compacted topic refuses records without a key.
+        Returns the compressed batches' records, decompressed, by batch position, so the
+        timestamp check does not decompress them again."""
+        decompressed: dict[int, bytes] = {}
+        view = memoryview(records)
         for position, header in batches:
             try:
-                keyless = batch_has_keyless_record(records, position, header,
-                                                   self.decompressed_limit)
+                payload = rb.records_payload(view[position:position + header.size], header,
+                                             self.decompressed_limit)
             except rb.RecordBatchError as exc:
                 raise CorruptMessage(exc.message) from None
-            if keyless:
+            if header.compression:
+                decompressed[position] = bytes(payload)
+            if payload_has_keyless_record(payload, header):
                 raise InvalidRecord(
                     "Compacted topic cannot accept message without key in topic partition "
                     f"{self.topic}-{self.partition}.")
+        return decompressed
 
-    def _records_bounds(self, data: bytearray, position: int, header: rb.BatchHeader
-                        ) -> tuple[int, int]:
+    def _records_bounds(self, data: bytearray, position: int, header: rb.BatchHeader,
+                        payload: bytes | None = None) -> tuple[int, int]:
         try:
             return rb.records_timestamp_bounds(data, position, header,
-                                               self.decompressed_limit)
+                                               self.decompressed_limit, payload)
         except rb.RecordBatchError as exc:
             raise CorruptMessage(exc.message) from None
 
@@ -308,14 +318,14 @@ class PartitionLog:
         """Cap on one batch's decompressed records (a decompression bomb is CORRUPT_MESSAGE)."""
         return decompressed_limit(self.config.max_message_bytes)
 
-    def _derived_max_timestamp(self, data: bytearray, position: int,
-                               header: rb.BatchHeader) -> int:
+    def _derived_max_timestamp(self, data: bytearray, position: int, header: rb.BatchHeader,
+                               payload: bytes | None = None) -> int:
         """Kafka's LogValidator: the batch's max timestamp is the largest record timestamp,
         whatever the client wrote in the header (sarama and kafka-go may leave it unset); a
         wrong one is rewritten in place (CRC included) so the time index and readers agree.
         Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
         INVALID_TIMESTAMP (KIP-937)."""
-        smallest, derived = self._records_bounds(data, position, header)
+        smallest, derived = self._records_bounds(data, position, header, payload)
         config = self.config
         if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
             now = now_ms()
