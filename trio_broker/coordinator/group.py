@@ -69,6 +69,13 @@ class Pending(Generic[T]):
         return self.value
 
 
+def resolved(value: T) -> Pending[T]:
+    """A :class:`Pending` that already holds its result (a request answered without waiting)."""
+    pending: Pending[T] = Pending()
+    pending.set(value)
+    return pending
+
+
 @attrs.frozen
 class JoinResult:
     """What a JoinGroup request is answered with."""
