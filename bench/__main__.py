@@ -4,7 +4,8 @@ Runs each benchmark, prints a table of figures with their in-run baselines and r
 the same as JSON. A benchmark that fails is reported (with the reason) and the others still run.
 
 Exit status: 1 when a benchmark failed; with ``--strict`` also when a figure missed its target
-(``met: NO``, or no value where a target was set); else 0. ``--quick`` runs the benchmarks at a
+(``met: NO``, or no value where a target was set; not when the target could not be judged,
+``met: n/a``: the baseline gave a wrong answer); else 0. ``--quick`` runs the benchmarks at a
 tiny size (the default set in seconds): the figures mean nothing, it proves that the benchmarks
 still run (``tests/test_bench_smoke.py`` runs it with the test suite).
 """
@@ -54,9 +55,16 @@ def benchmark(name: str) -> Callable[[bool], BenchResult]:
 
 
 def missed_targets(results: list[BenchResult]) -> list[str]:
-    """``benchmark: figure`` of every figure that has a target and did not meet it."""
+    """``benchmark: figure`` of every figure that has a target and did not meet it (a figure
+    whose target could not be judged, ``unjudged``, is not a miss: see ``unjudged_targets``)."""
     return [f"{result.name}: {figure.name}" for result in results for figure in result.figures
-            if figure.target is not None and figure.met is not True]
+            if figure.target is not None and figure.met is not True and not figure.unjudged]
+
+
+def unjudged_targets(results: list[BenchResult]) -> list[str]:
+    """``benchmark: figure (why)`` of every target that could not be judged."""
+    return [f"{result.name}: {figure.name} ({figure.unjudged})" for result in results
+            for figure in result.figures if figure.target is not None and figure.unjudged]
 
 
 def _fmt(value: float | None) -> str:
@@ -71,7 +79,7 @@ def _fmt(value: float | None) -> str:
 
 def _row(figure: Figure) -> list[str]:
     ratio = figure.ratio
-    met = {True: "yes", False: "NO", None: ""}[figure.met]
+    met = "n/a" if figure.unjudged else {True: "yes", False: "NO", None: ""}[figure.met]
     return [figure.name, _fmt(figure.value), figure.unit, figure.baseline or "",
             _fmt(figure.baseline_value), "" if ratio is None else f"{ratio:.2f}x",
             figure.target or "", met, figure.note]
@@ -167,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     if missed:
         print(f"{'TARGETS MISSED' if args.strict else 'targets missed'}: {'; '.join(missed)}",
               file=sys.stderr)
+    unjudged = unjudged_targets(results)
+    if unjudged:
+        print(f"targets not judged: {'; '.join(unjudged)}", file=sys.stderr)
     return 1 if failed or (args.strict and missed) else 0
 
 
