@@ -203,6 +203,16 @@ class Window:
     broker_cpu: float = 0.0
     heavy_cpu: float = 0.0
     light_cpu: float = 0.0
+    #: % of the window the broker's event-loop thread was runnable but waiting for a CPU
+    broker_wait: float = 0.0
+
+
+def runqueue_wait(pid: int) -> float:
+    """Seconds the main thread of ``pid`` has spent runnable, waiting for a CPU
+    (/proc/PID/schedstat, second field): machine starvation, as opposed to the broker's own
+    work or waiting for I/O."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as stat:
+        return int(stat.read().split()[1]) / 1e9
 
 
 def drive(bootstrap: str, light: LightProcess | None, broker_pid: int, seconds: float,
@@ -241,6 +251,7 @@ def drive(bootstrap: str, light: LightProcess | None, broker_pid: int, seconds: 
             if not started and now >= timed_from:
                 started = True
                 readings = {"wall": time.time(), "broker": cpu_seconds(broker_pid),
+                            "wait": runqueue_wait(broker_pid),
                             "heavy": cpu_seconds(os.getpid()),
                             "light": cpu_seconds(light.process.pid) if light else 0.0,
                             "stats": light.stats() if light else {}}
@@ -256,6 +267,7 @@ def drive(bootstrap: str, light: LightProcess | None, broker_pid: int, seconds: 
         elapsed = time.perf_counter() - timed_from
         window = Window(mixed, readings["wall"], time.time())
         window.broker_cpu = (cpu_seconds(broker_pid) - readings["broker"]) / elapsed * 100
+        window.broker_wait = (runqueue_wait(broker_pid) - readings["wait"]) / elapsed * 100
         window.heavy_cpu = (cpu_seconds(os.getpid()) - readings["heavy"]) / elapsed * 100
         if light is not None:
             window.light_cpu = (cpu_seconds(light.process.pid) - readings["light"]) / elapsed * 100
@@ -368,6 +380,8 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
             Figure(f"broker CPU, heavy {label}",
                    median([w.broker_cpu for w in phases[name]]), "% of a core",
                    note="windows: " + rounds_of(name, lambda w: w.broker_cpu)
+                   + "; broker's loop thread waiting for a CPU, % of the time: "
+                   + rounds_of(name, lambda w: w.broker_wait)
                    + "; heavy producer's process: " + rounds_of(name, lambda w: w.heavy_cpu)
                    + ("; light producers' process: " + rounds_of(name, lambda w: w.light_cpu)
                       if name == "mixed" else "")),
