@@ -367,6 +367,16 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
                f"{max(w.light_errors for w in windows)}; windows: "
                + rounds_of("mixed", lambda w: w.light_rate)),
     ]
+    # What a light request costs the broker, assuming its CPU for the heavy producer scales
+    # with the heavy MB: (mixed CPU - solo CPU x mixed MB / solo MB) / light requests.
+    costs = [(m.broker_cpu - s.broker_cpu * m.heavy_mbps / s.heavy_mbps) / 100 / m.light_rate
+             * 1e6 for s, m in zip(phases["solo"], phases["mixed"], strict=True)
+             if s.heavy_mbps and m.light_rate]
+    if costs:
+        result.figures.append(Figure(
+            "broker CPU per light request (estimated)", median(costs), "µs",
+            note="per round: " + ", ".join(f"{c:.0f}" for c in costs) + "; (mixed CPU - solo "
+            "CPU x mixed/solo heavy MB) / light requests"))
     for name in ("solo", "mixed"):
         label = "alone" if name == "solo" else "with the light producers"
         result.figures += [
