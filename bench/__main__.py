@@ -122,7 +122,7 @@ ISSUE_GOALS = [
     ("reference", "broker CPU per one-record produce", "small produce: broker CPU <= 50 µs/req"),
     ("reference", "the same, connection.max.inflight",
      "pipelining: >= 2x one-in-flight on the same workload"),
-    ("many_producers", "heavy producer with",
+    ("many_producers", "heavy producer kept",
      "1,000 producers of 1 record/s + a heavy one: heavy keeps >= 80% of solo"),
     ("many_producers", "NetworkProcessorAvgIdlePercent, heavy with", "network idle %, mixed"),
     ("many_producers", "RequestHandlerAvgIdlePercent, heavy with", "request-handler idle %, mixed"),

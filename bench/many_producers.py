@@ -10,8 +10,9 @@ switched on and off (paused: connection open, nothing sent) in alternating windo
 seconds: solo, mixed, solo, mixed, ... ``R`` rounds of each. The first ``W`` seconds after each
 switch are left out (the light producers' first requests, the heavy producer's queue settling);
 the heavy producer's records acknowledged in the remaining ``S`` seconds give its MB/s for the
-window. The figure is the median mixed window over the median solo window (target: >= 80%),
-with every window's figure and each round's mixed/solo ratio shown as the spread. Per window
+window. The figure is the median over the rounds of mixed/solo (each round pairs a solo window
+with the mixed one right after it, so load drifting over the run cancels out; target: >= 0.8),
+with every round's ratio as the spread and the windows' MB/s medians beside it. Per window
 also: the light producers' answered requests/s and errors, the broker's idle gauges
 (``metrics_snapshot`` every second: NetworkProcessorAvgIdlePercent,
 RequestHandlerAvgIdlePercent), and the CPU (% of one core) of the broker, the heavy producer's
@@ -355,13 +356,19 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
     def rounds_of(name: str, get: Any, fmt: str = "{:.0f}") -> str:
         return ", ".join(fmt.format(get(w)) for w in phases[name])
 
+    kept = median(pairs)
     result.figures += [
+        # Judged on the rounds' ratios: each pairs a solo window with the mixed one right after
+        # it, so load that drifts over the run (other work on the machine) cancels out.
+        Figure(f"heavy producer kept with {light} light ones (mixed/solo, median of rounds)",
+               kept, "x solo", target=f">= {TARGET:.2f} (80% of alone)", met=kept >= TARGET,
+               note="per round: " + ", ".join(f"{p:.2f}" for p in pairs)
+               + f" (min {min(pairs):.2f}, max {max(pairs):.2f}); ratio of the medians "
+               f"{ratio:.2f}"),
         Figure(f"heavy producer with {light} light ones (1 record/s each)", mixed, "MB/s",
-               "heavy producer alone", solo, f">= {TARGET:.0%} of alone", ratio >= TARGET,
+               "heavy producer alone", solo,
                note=f"windows: {rounds_of('mixed', lambda w: w.heavy_mbps)} vs "
-               f"{rounds_of('solo', lambda w: w.heavy_mbps)}; per round mixed/solo: "
-               + ", ".join(f"{p:.2f}" for p in pairs)
-               + f" (min {min(pairs):.2f}, max {max(pairs):.2f})"),
+               f"{rounds_of('solo', lambda w: w.heavy_mbps)}"),
         Figure("light producers answered", median([w.light_rate for w in phases["mixed"]]),
                "req/s", note=f"{light} connections; errors "
                f"{max(w.light_errors for w in windows)}; windows: "
