@@ -405,8 +405,8 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
         ]
     result.notes.append(
         f"load average {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} CPUs; {rounds} "
-        f"rounds of a solo then a mixed window, each {settle:.0f} s settling (left out) + "
-        f"{seconds:.0f} s timed; one heavy producer throughout; the {light} light producers "
+        f"rounds of a solo then a mixed window, each {settle:g} s settling (left out) + "
+        f"{seconds:g} s timed; one heavy producer throughout; the {light} light producers "
         "connected before timing and paused (connections open) in the solo windows; gauges are "
         "the broker's metrics_snapshot (every 1 s) averaged over each window")
     return result
@@ -434,7 +434,7 @@ def main() -> None:
         ratio = figure.ratio
         base = "" if figure.baseline_value is None else \
             f" vs {figure.baseline_value:.1f} ({ratio:.2f}x)"
-        print(f"{figure.name}: {figure.value:.1f} {figure.unit}{base}; {figure.note}")
+        print(f"{figure.name}: {figure.value:.3g} {figure.unit}{base}; {figure.note}")
     for note in result.notes:
         print(note)
 
