@@ -42,7 +42,9 @@ class Figure:
     """One measured figure, with the baseline it is compared to (when it has one).
 
     ``ratio`` is ``value / baseline_value``; ``target`` says in words what the figure should
-    reach and ``met`` whether it did (None when the figure has no target).
+    reach and ``met`` whether it did (None when the figure has no target). ``unjudged`` says why
+    a target could not be judged although the figure was measured (the baseline it is compared
+    to gave a wrong answer): shown as ``n/a``, not counted as a miss by ``--strict``.
     """
 
     name: str
@@ -53,6 +55,7 @@ class Figure:
     target: str | None = None
     met: bool | None = None
     note: str = ""
+    unjudged: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -268,3 +271,29 @@ def running_helper(mode: str, *extra: str) -> Iterator[HelperServer]:
         yield server
     finally:
         server.stop()
+
+
+def know_leader(client: Any, topic: str, timeout: float = 30.0) -> None:
+    """Have a confluent-kafka client fetch ``topic``'s metadata (connecting to the broker) before
+    a benchmark starts its clock.
+
+    librdkafka defers the offset lookup of a partition whose leader it does not know yet by a
+    fixed 500 ms timer (``rd_kafka_toppar_offset_request``: "no current leader for partition:
+    (re)starting offset query timer"), so a consumer timed from ``assign()`` on a fresh client
+    waits 0.5-1.0 s before its first ListOffsets/Fetch, on any broker: the figure would measure
+    that timer, not the broker. With the leader known, the ListOffsets goes out at once.
+    """
+    metadata = client.list_topics(topic, timeout=timeout)
+    partitions = metadata.topics[topic].partitions
+    if not partitions or any(p.leader < 0 for p in partitions.values()):
+        raise RuntimeError(f"no leader known for {topic}: {metadata.topics[topic]}")
+
+
+#: Consumer settings every timed consume uses, on every broker. librdkafka stops fetching a
+#: partition once its local queue holds ``queued.min.messages`` (100,000) records or
+#: ``queued.max.messages.kbytes`` (64 MiB), and then postpones the next Fetch by
+#: ``fetch.queue.backoff.ms``, 1,000 ms by default, although the queue drains in a fraction of
+#: that: a broker fast enough to fill the queue was charged a 1 s client-side pause (consume
+#: figures bimodal between runs, e.g. 110 vs 490 MB/s on the same broker). 10 ms keeps the
+#: client's back-pressure and takes the timer out of the figure.
+CONSUMER_SETTINGS = {"fetch.queue.backoff.ms": 10}

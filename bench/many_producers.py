@@ -1,21 +1,28 @@
 """Many connections: 1,000 producers of one record per second next to one heavy producer.
 
-``python -m bench.many_producers [--light N] [--seconds S] [--rounds R]`` (also ``python -m
-bench --only many_producers``). The heavy producer (confluent-kafka, 1 KiB values,
-``linger.ms=5``, acks=1, as fast as librdkafka goes) runs for ``S`` seconds alone, then for
-``S`` seconds while ``N`` light producers each send one one-record Produce request (acks=1)
-per second on their own connection, from a separate process (raw protocol on Trio, requests
-encoded once, responses only framed). Rounds alternate solo and mixed. The heavy producer's
-MB/s (records acknowledged inside the window) mixed over solo is the figure: it should keep at
-least 80% of its solo throughput. The light producers' answered requests per second, their
-errors and the broker's own idle gauges (``metrics_snapshot`` every second:
-NetworkProcessorAvgIdlePercent, RequestHandlerAvgIdlePercent, averaged over the window) are
-reported for both phases.
+``python -m bench.many_producers [--light N] [--seconds S] [--settle W] [--rounds R]`` (also
+``python -m bench --only many_producers``). The heavy producer (confluent-kafka, 1 KiB values,
+``linger.ms=5``, acks=1, as fast as librdkafka goes) runs without a break for the whole
+measurement, on one warm connection. ``N`` light producers (one connection each, one one-record
+Produce request, acks=1, per second; a separate process: raw protocol on Trio, requests encoded
+once, responses only framed) are connected before any timing starts and stay connected; they are
+switched on and off (paused: connection open, nothing sent) in alternating windows of ``W + S``
+seconds: solo, mixed, solo, mixed, ... ``R`` rounds of each. The first ``W`` seconds after each
+switch are left out (the light producers' first requests, the heavy producer's queue settling);
+the heavy producer's records acknowledged in the remaining ``S`` seconds give its MB/s for the
+window. The figure is the median over the rounds of mixed/solo (each round pairs a solo window
+with the mixed one right after it, so load drifting over the run cancels out; target: >= 0.8),
+with every round's ratio as the spread and the windows' MB/s medians beside it. Per window
+also: the light producers' answered requests/s and errors, the broker's idle gauges
+(``metrics_snapshot`` every second: NetworkProcessorAvgIdlePercent,
+RequestHandlerAvgIdlePercent), and the CPU (% of one core) of the broker, the heavy producer's
+process and the light producers' process, read from /proc.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import datetime
 import json
 import os
@@ -76,7 +83,14 @@ class LightStats:
     errors: int = 0
 
 
-async def _light_connection(port: int, frame: bytes, stats: LightStats,
+@attrs.define
+class Switch:
+    """Whether the light producers send (shared by their tasks; ``on`` is set while they do)."""
+
+    on: trio.Event = attrs.field(factory=trio.Event)
+
+
+async def _light_connection(port: int, frame: bytes, stats: LightStats, switch: Switch,
                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                             ) -> None:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -86,11 +100,14 @@ async def _light_connection(port: int, frame: bytes, stats: LightStats,
         stats.connected += 1
         task_status.started()
         frames = FrameCounter()
-        # Spread over the second, as independent clients would be.
-        await trio.sleep(random.random())
         next_at = trio.current_time()
         try:
             while True:
+                if not switch.on.is_set():
+                    await switch.on.wait()
+                    # Spread over the second, as independent clients would be.
+                    await trio.sleep(random.random())
+                    next_at = trio.current_time()
                 stats.sent += 1
                 await stream.send_all(frame)
                 got = 0
@@ -108,13 +125,14 @@ async def _light_connection(port: int, frame: bytes, stats: LightStats,
 
 
 async def _light_main(port: int, count: int) -> None:
-    """Connect ``count`` light producers, print ``ready``, then a JSON stats line per second
-    until stdin closes."""
+    """Connect ``count`` light producers (paused), print ``ready``, then a JSON stats line per
+    second; stdin lines ``on`` / ``off`` switch them on and off; EOF stops them."""
     frame = produce_frame(LIGHT_TOPIC)
     stats = LightStats()
+    switch = Switch()
     async with trio.open_nursery() as nursery:
         for _ in range(count):
-            await nursery.start(_light_connection, port, frame, stats)
+            await nursery.start(_light_connection, port, frame, stats, switch)
         print("ready", flush=True)
 
         async def report() -> None:
@@ -123,7 +141,11 @@ async def _light_main(port: int, count: int) -> None:
                 await trio.sleep(1)
 
         nursery.start_soon(report)
-        await trio.to_thread.run_sync(sys.stdin.read)  # the parent closes stdin to stop us
+        while line := await trio.to_thread.run_sync(sys.stdin.readline):
+            if line.strip() == "on":
+                switch.on.set()
+            elif line.strip() == "off" and switch.on.is_set():
+                switch.on = trio.Event()
         nursery.cancel_scope.cancel()
 
 
@@ -141,7 +163,7 @@ class LightProcess:
         if line != "ready":
             err = self.process.stderr.read() if self.process.stderr else ""
             raise RuntimeError(f"light producers did not start: {line!r} {err[-2000:]}")
-        self.last = json.loads(self.process.stdout.readline())  # counts before the window
+        self.last = json.loads(self.process.stdout.readline())
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -153,6 +175,11 @@ class LightProcess:
     def stats(self) -> dict[str, int]:
         return dict(self.last)
 
+    def switch(self, on: bool) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("on\n" if on else "off\n")
+        self.process.stdin.flush()
+
     def stop(self) -> None:
         if self.process.stdin is not None:
             self.process.stdin.close()
@@ -160,39 +187,107 @@ class LightProcess:
 
 
 # ---------------------------------------------------------------------------- heavy producer
-def heavy(bootstrap: str, seconds: float) -> float:
-    """MB/s of 1 KiB records acknowledged within ``seconds`` of producing as fast as possible."""
+@attrs.define
+class Window:
+    """One timed window: what was measured between ``since`` and ``until`` (wall time)."""
+
+    mixed: bool
+    since: float
+    until: float
+    heavy_mbps: float = 0.0
+    light_rate: float = 0.0
+    light_errors: int = 0
+    network_idle: float = float("nan")
+    handler_idle: float = float("nan")
+    connections: float = float("nan")
+    #: CPU used during the window, in % of one core.
+    broker_cpu: float = 0.0
+    heavy_cpu: float = 0.0
+    light_cpu: float = 0.0
+    #: % of the window the broker's event-loop thread was runnable but waiting for a CPU
+    broker_wait: float = 0.0
+
+
+def runqueue_wait(pid: int) -> float:
+    """Seconds the main thread of ``pid`` has spent runnable, waiting for a CPU
+    (/proc/PID/schedstat, second field): machine starvation, as opposed to the broker's own
+    work or waiting for I/O."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as stat:
+        return int(stat.read().split()[1]) / 1e9
+
+
+def drive(bootstrap: str, light: LightProcess | None, broker_pid: int, seconds: float,
+          settle: float, rounds: int) -> list[Window]:
+    """Produce as fast as possible for the whole schedule (solo, mixed, ... ``rounds`` times),
+    switching the light producers at each window's start; returns the timed windows."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "1",
                          "message.timeout.ms": 60000})
     value = b"h" * VALUE_SIZE
-    acked = [0]
     errors: list[str] = []
-    end = [0.0]
+    acked: list[float] = []  # perf_counter of each delivery report (in poll, main thread)
 
     def report(error: Any, _message: Any) -> None:
         if error is not None:
             errors.append(str(error))
-        elif time.perf_counter() <= end[0]:
-            acked[0] += 1
+        else:
+            acked.append(time.perf_counter())
 
     producer.produce(HEAVY_TOPIC, value, partition=0)  # connect and warm up first
     producer.flush(30)
-    started = time.perf_counter()
-    end[0] = started + seconds
-    while time.perf_counter() < end[0]:
-        for _ in range(1000):
-            try:
-                producer.produce(HEAVY_TOPIC, value, partition=0, on_delivery=report)
-            except BufferError:
-                producer.poll(0.005)
+    schedule = [mixed for _ in range(rounds) for mixed in (False, True)]
+    windows: list[Window] = []
+    # (perf_counter start, end) of the timed part of each window, and readings at its edges
+    spans: list[tuple[float, float]] = []
+    for mixed in schedule:
+        if light is not None:
+            light.switch(mixed)
+        timed_from = time.perf_counter() + settle
+        timed_until = timed_from + seconds
+        started = False
+        readings: dict[str, Any] = {}
+        while True:
+            now = time.perf_counter()
+            if not started and now >= timed_from:
+                started = True
+                readings = {"wall": time.time(), "broker": cpu_seconds(broker_pid),
+                            "wait": runqueue_wait(broker_pid),
+                            "heavy": cpu_seconds(os.getpid()),
+                            "light": cpu_seconds(light.process.pid) if light else 0.0,
+                            "stats": light.stats() if light else {}}
+            if now >= timed_until:
                 break
-        producer.poll(0)
+            for _ in range(200):
+                try:
+                    producer.produce(HEAVY_TOPIC, value, partition=0, on_delivery=report)
+                except BufferError:
+                    producer.poll(0.005)
+                    break
+            producer.poll(0)
+        elapsed = time.perf_counter() - timed_from
+        window = Window(mixed, readings["wall"], time.time())
+        window.broker_cpu = (cpu_seconds(broker_pid) - readings["broker"]) / elapsed * 100
+        window.broker_wait = (runqueue_wait(broker_pid) - readings["wait"]) / elapsed * 100
+        window.heavy_cpu = (cpu_seconds(os.getpid()) - readings["heavy"]) / elapsed * 100
+        if light is not None:
+            window.light_cpu = (cpu_seconds(light.process.pid) - readings["light"]) / elapsed * 100
+            after = light.stats()  # a stats line a second: the rate is over whole seconds
+            before = readings["stats"]
+            window.light_rate = (after.get("answered", 0) - before.get("answered", 0)) / elapsed
+            window.light_errors = after.get("errors", 0)
+        windows.append(window)
+        spans.append((timed_from, timed_until))
+    if light is not None:
+        light.switch(False)
     producer.flush(60)
     if errors:
         raise RuntimeError(f"heavy producer errors: {errors[:5]}")
-    return acked[0] * VALUE_SIZE / MB / seconds
+    acked.sort()
+    for window, (low, high) in zip(windows, spans, strict=True):
+        count = bisect.bisect_right(acked, high) - bisect.bisect_left(acked, low)
+        window.heavy_mbps = count * VALUE_SIZE / MB / (high - low)
+    return windows
 
 
 # ------------------------------------------------------------------------------- the run
@@ -214,111 +309,118 @@ def _snapshots(log_path: Path, since: float, until: float) -> dict[str, float]:
     return {key: value / count for key, value in sums.items()} if count else {}
 
 
-@attrs.define
-class Phase:
-    heavy_mbps: float
-    light_rate: float
-    light_errors: int
-    network_idle: float
-    handler_idle: float
-    connections: float
-    #: CPU used during the window, in % of one core: the broker's, the light process's.
-    broker_cpu: float
-    light_cpu: float
-
-
-def _phase(broker: BrokerLauncher, light: int, seconds: float) -> Phase:
-    process = LightProcess(broker.port, light) if light else None
-    try:
-        since = time.time()
-        before = process.stats() if process else {}
-        cpu_before = cpu_seconds(broker.pid)
-        light_before = cpu_seconds(process.process.pid) if process else 0.0
-        mbps = heavy(broker.bootstrap, seconds)
-        time.sleep(1.1)  # the light process's next stats line
-        until = time.time()
-        after = process.stats() if process else {}
-        broker_cpu = (cpu_seconds(broker.pid) - cpu_before) / (until - since) * 100
-        light_cpu = ((cpu_seconds(process.process.pid) - light_before) / (until - since) * 100
-                     if process else 0.0)
-    finally:
-        if process is not None:
-            process.stop()
-    gauges = _snapshots(broker.log_path, since, until)
-    answered = after.get("answered", 0) - before.get("answered", 0)
-    return Phase(mbps, answered / (until - since - 1.1), after.get("errors", 0),
-                 gauges.get("network_processor_avg_idle_percent", float("nan")),
-                 gauges.get("request_handler_avg_idle_percent", float("nan")),
-                 gauges.get("connection_count", float("nan")), broker_cpu, light_cpu)
-
-
-def measure(light: int, seconds: float, rounds: int) -> dict[str, list[Phase]]:
+def measure(light: int, seconds: float, settle: float, rounds: int,
+            overrides: dict[str, str] | None = None) -> list[Window]:
+    """One broker, the light producers connected first, then the alternating windows."""
     raise_fd_limit()
-    phases: dict[str, list[Phase]] = {"solo": [], "mixed": []}
     with tempfile.TemporaryDirectory(prefix="trio-broker-many-") as tmp:
-        broker = BrokerLauncher(Path(tmp), {"logging.metrics.snapshot.interval.ms": "1000"})
+        broker = BrokerLauncher(Path(tmp), {"logging.metrics.snapshot.interval.ms": "1000",
+                                            **(overrides or {})})
         broker.start()
         try:
             create_topic(broker.bootstrap, HEAVY_TOPIC)
             create_topic(broker.bootstrap, LIGHT_TOPIC)
-            for _ in range(rounds):
-                phases["solo"].append(_phase(broker, 0, seconds))
-                phases["mixed"].append(_phase(broker, light, seconds))
+            process = LightProcess(broker.port, light) if light else None
+            try:
+                windows = drive(broker.bootstrap, process, broker.pid, seconds, settle, rounds)
+            finally:
+                if process is not None:
+                    process.stop()
         finally:
             broker.stop()
-    return phases
+        for window in windows:
+            gauges = _snapshots(broker.log_path, window.since, window.until)
+            window.network_idle = gauges.get("network_processor_avg_idle_percent", float("nan"))
+            window.handler_idle = gauges.get("request_handler_avg_idle_percent", float("nan"))
+            window.connections = gauges.get("connection_count", float("nan"))
+    return windows
 
 
 def run(quick: bool, light: int | None = None, seconds: float | None = None,
-        rounds: int | None = None) -> BenchResult:
+        rounds: int | None = None, settle: float | None = None,
+        overrides: dict[str, str] | None = None) -> BenchResult:
     light = light or (50 if quick else 1000)
-    seconds = seconds or (1.5 if quick else 8.0)
-    rounds = rounds or (1 if quick else 2)
+    seconds = seconds or (1.5 if quick else 10.0)
+    settle = settle if settle is not None else (0.5 if quick else 3.0)
+    rounds = rounds or (1 if quick else 5)
     result = BenchResult("many_producers")
-    phases = measure(light, seconds, rounds)
-    solo = median([p.heavy_mbps for p in phases["solo"]])
-    mixed = median([p.heavy_mbps for p in phases["mixed"]])
+    windows = measure(light, seconds, settle, rounds, overrides)
+    phases = {"solo": [w for w in windows if not w.mixed],
+              "mixed": [w for w in windows if w.mixed]}
+    solo = median([w.heavy_mbps for w in phases["solo"]])
+    mixed = median([w.heavy_mbps for w in phases["mixed"]])
     ratio = mixed / solo if solo else 0.0
+    pairs = [m.heavy_mbps / s.heavy_mbps if s.heavy_mbps else 0.0
+             for s, m in zip(phases["solo"], phases["mixed"], strict=True)]
 
     def rounds_of(name: str, get: Any, fmt: str = "{:.0f}") -> str:
-        return ", ".join(fmt.format(get(p)) for p in phases[name])
+        return ", ".join(fmt.format(get(w)) for w in phases[name])
 
+    kept = median(pairs)
     result.figures += [
+        # Judged on the rounds' ratios: each pairs a solo window with the mixed one right after
+        # it, so load that drifts over the run (other work on the machine) cancels out.
+        Figure(f"heavy producer kept with {light} light ones (mixed/solo, median of rounds)",
+               kept, "x solo", target=f">= {TARGET:.2f} (80% of alone)", met=kept >= TARGET,
+               note="per round: " + ", ".join(f"{p:.2f}" for p in pairs)
+               + f" (min {min(pairs):.2f}, max {max(pairs):.2f}); ratio of the medians "
+               f"{ratio:.2f}"),
         Figure(f"heavy producer with {light} light ones (1 record/s each)", mixed, "MB/s",
-               "heavy producer alone", solo, f">= {TARGET:.0%} of alone", ratio >= TARGET,
-               note=f"rounds: {rounds_of('mixed', lambda p: p.heavy_mbps)} vs "
-               f"{rounds_of('solo', lambda p: p.heavy_mbps)}"),
-        Figure("light producers answered", median([p.light_rate for p in phases["mixed"]]),
+               "heavy producer alone", solo,
+               note=f"windows: {rounds_of('mixed', lambda w: w.heavy_mbps)} vs "
+               f"{rounds_of('solo', lambda w: w.heavy_mbps)}"),
+        Figure("light producers answered", median([w.light_rate for w in phases["mixed"]]),
                "req/s", note=f"{light} connections; errors "
-               f"{max(p.light_errors for p in phases['mixed'])}"),
+               f"{max(w.light_errors for w in windows)}; windows: "
+               + rounds_of("mixed", lambda w: w.light_rate)),
     ]
+    # What a light request costs the broker, assuming its CPU for the heavy producer scales
+    # with the heavy MB: (mixed CPU - solo CPU x mixed MB / solo MB) / light requests.
+    costs = [(m.broker_cpu - s.broker_cpu * m.heavy_mbps / s.heavy_mbps) / 100 / m.light_rate
+             * 1e6 for s, m in zip(phases["solo"], phases["mixed"], strict=True)
+             if s.heavy_mbps and m.light_rate]
+    if costs:
+        result.figures.append(Figure(
+            "broker CPU per light request (estimated)", median(costs), "µs",
+            note="per round: " + ", ".join(f"{c:.0f}" for c in costs) + "; (mixed CPU - solo "
+            "CPU x mixed/solo heavy MB) / light requests"))
     for name in ("solo", "mixed"):
         label = "alone" if name == "solo" else "with the light producers"
         result.figures += [
             Figure(f"NetworkProcessorAvgIdlePercent, heavy {label}",
-                   median([p.network_idle * 100 for p in phases[name]]), "%",
-                   note="rounds: " + rounds_of(name, lambda p: p.network_idle * 100)),
+                   median([w.network_idle * 100 for w in phases[name]]), "%",
+                   note="windows: " + rounds_of(name, lambda w: w.network_idle * 100)),
             Figure(f"RequestHandlerAvgIdlePercent, heavy {label}",
-                   median([p.handler_idle * 100 for p in phases[name]]), "%",
-                   note="rounds: " + rounds_of(name, lambda p: p.handler_idle * 100)
-                   + f"; connections {rounds_of(name, lambda p: p.connections)}"),
+                   median([w.handler_idle * 100 for w in phases[name]]), "%",
+                   note="windows: " + rounds_of(name, lambda w: w.handler_idle * 100)
+                   + f"; connections {rounds_of(name, lambda w: w.connections)}"),
             Figure(f"broker CPU, heavy {label}",
-                   median([p.broker_cpu for p in phases[name]]), "% of a core",
-                   note="rounds: " + rounds_of(name, lambda p: p.broker_cpu)
-                   + ("; light producers' process: "
-                      + rounds_of(name, lambda p: p.light_cpu) if name == "mixed" else "")),
+                   median([w.broker_cpu for w in phases[name]]), "% of a core",
+                   note="windows: " + rounds_of(name, lambda w: w.broker_cpu)
+                   + "; broker's loop thread waiting for a CPU, % of the time: "
+                   + rounds_of(name, lambda w: w.broker_wait)
+                   + "; heavy producer's process: " + rounds_of(name, lambda w: w.heavy_cpu)
+                   + ("; light producers' process: " + rounds_of(name, lambda w: w.light_cpu)
+                      if name == "mixed" else "")),
         ]
-    result.notes.append(f"load average {os.getloadavg()[0]:.1f} at the end; {rounds} rounds of "
-                        f"{seconds:.0f} s alone then {seconds:.0f} s mixed; gauges are the "
-                        "broker's metrics_snapshot (every 1 s) averaged over each window")
+    result.notes.append(
+        f"load average {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} CPUs; {rounds} "
+        f"rounds of a solo then a mixed window, each {settle:g} s settling (left out) + "
+        f"{seconds:g} s timed; one heavy producer throughout; the {light} light producers "
+        "connected before timing and paused (connections open) in the solo windows; gauges are "
+        "the broker's metrics_snapshot (every 1 s) averaged over each window")
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--light", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=10.0, help="timed part of a window")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="seconds left out at the start of each window")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting (repeatable)")
     parser.add_argument("--light-process", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -326,12 +428,13 @@ def main() -> None:
         raise_fd_limit()
         trio.run(_light_main, args.port, args.light_process)
         return
-    result = run(False, args.light, args.seconds, args.rounds)
+    overrides = dict(item.split("=", 1) for item in args.override)
+    result = run(False, args.light, args.seconds, args.rounds, args.settle, overrides)
     for figure in result.figures:
         ratio = figure.ratio
         base = "" if figure.baseline_value is None else \
             f" vs {figure.baseline_value:.1f} ({ratio:.2f}x)"
-        print(f"{figure.name}: {figure.value:.1f} {figure.unit}{base}; {figure.note}")
+        print(f"{figure.name}: {figure.value:.3g} {figure.unit}{base}; {figure.note}")
     for note in result.notes:
         print(note)
 

@@ -3,7 +3,8 @@
 * produce: ``linger.ms=5``, ``acks=1`` and ``acks=all``, N messages to one partition; MB/s of
   values from the first ``produce()`` until every delivery report has arrived;
 * consume: a consumer with default fetch settings, ``assign`` + seek to the beginning, reading
-  every message back; MB/s of values;
+  every message back; MB/s of values (the clock starts at ``assign`` on a consumer that already
+  knows the partition's leader: see ``common.know_leader``; ``common.CONSUMER_SETTINGS``);
 * baseline, same run: the same byte volume through a raw loopback socket into a Trio sink
   (``bench.baseline_server sink``): what this machine's loopback and one Trio reader can move;
 * reference (BRIEF §7, quoted, not measured): Kafka-protocol brokers do 125-230 MB/s with this
@@ -21,7 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import BenchResult, BrokerLauncher, Figure, running_broker, running_helper
+from .common import (
+    CONSUMER_SETTINGS,
+    BenchResult,
+    BrokerLauncher,
+    Figure,
+    know_leader,
+    running_broker,
+    running_helper,
+)
 
 VALUE_SIZE = 1024
 REFERENCE_MBPS = (125.0, 230.0)
@@ -52,6 +61,7 @@ def produce(bootstrap: str, topic: str, count: int, acks: str) -> float:
         "acks": acks,
         "message.timeout.ms": int(TIMEOUT_S * 1000),
     })
+    know_leader(producer, topic)  # connected, metadata known: the clock times the produce only
     value = b"v" * VALUE_SIZE
     delivered = [0]
     errors: list[str] = []
@@ -90,10 +100,12 @@ def consume(bootstrap: str, topic: str, count: int) -> float:
         "bootstrap.servers": bootstrap,
         "group.id": "trio-broker-bench",
         "enable.auto.commit": False,
+        **CONSUMER_SETTINGS,
     })
     received = 0
     errors: list[str] = []
     try:
+        know_leader(consumer, topic)  # else librdkafka's 500 ms offset-query timer is timed
         started = time.perf_counter()
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         deadline = time.monotonic() + TIMEOUT_S

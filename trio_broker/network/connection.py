@@ -35,6 +35,7 @@ read into one bytes object. Either way the regions are released once sent or dro
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -63,6 +64,9 @@ if TYPE_CHECKING:
 RECEIVE_BYTES = 256 * 1024
 #: Bytes a connection may hold undecoded while one of its writes is blocked (read-ahead).
 READ_AHEAD_BYTES = 1024 * 1024
+# At most this much later than connections.max.idle.ms after the last read or send (and 1%
+# of it when that is less) is an idle connection closed: the idle deadline moves in steps.
+IDLE_SLACK_MAX_S = 1.0
 
 
 class ConnectionServer(Protocol):
@@ -257,8 +261,17 @@ class Connection:
 
     # ------------------------------------------------------------------ reading
     def _touch(self) -> None:
-        if self._idle_seconds is not None:
-            self._idle_scope.deadline = trio.current_time() + self._idle_seconds
+        # Moves the idle deadline to between idle and idle + slack after now, and only when it
+        # is due sooner than idle: every move pushes an entry on trio's deadline heap, which
+        # trio prunes in O(scopes with deadlines), i.e. O(connections). Moved on every read
+        # and send, that was ~2.5 pushes per small request and one per 64 KiB read, and a
+        # few % of a core spent pruning with 1,000 connections (docs/performance.md, "Many
+        # connections, settled"). Kafka's idle check is coarse too (Selector, once per poll).
+        idle = self._idle_seconds
+        if idle is not None:
+            now = trio.current_time()
+            if not now + idle <= self._idle_scope.deadline < math.inf:  # inf: not yet set
+                self._idle_scope.deadline = now + idle + min(idle / 100, IDLE_SLACK_MAX_S)
 
     async def _read_until_done(self) -> tuple[str, str]:
         with self._reader_scope:
