@@ -85,15 +85,22 @@ class RequestHandlerPool:
     async def handle_inline(self, request: Request) -> None:
         """Handle a request in the connection's task, as one of the idle handlers.
 
-        Shielded: like a handler task, it runs to completion once it has started (the memory
+        Like a handler task, it runs to completion once it has started (the memory
         reservation and the response slot are always settled); a cancellation of the
         connection takes effect at its next checkpoint. Only handlers that wait for nothing
-        but the disk are run this way (``ApiHandler.inline``), so the shield is short.
+        but the disk are run this way (``ApiHandler.inline``), and they reach no checkpoint
+        but the one wait they must finish, which shields itself (the produce's flush,
+        ``LogManager.append``): a shielding cancel scope per request would cost more than the
+        rest of the hand-off. A fault-injecting interceptor may wait anywhere, so with one
+        the whole handler is shielded.
         """
         self._lent += 1
         try:
-            with trio.CancelScope(shield=True):
+            if self.interceptor is None:
                 await self.handle(request)
+            else:
+                with trio.CancelScope(shield=True):
+                    await self.handle(request)
         finally:
             self._lent -= 1
             self._lent_lot.unpark()
