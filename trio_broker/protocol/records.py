@@ -104,6 +104,14 @@ class BatchHeader:
         """Bytes of the whole batch, header included."""
         return self.batch_length + LOG_OVERHEAD
 
+    def assigned(self, base_offset: int, max_timestamp: int, leader_epoch: int) -> BatchHeader:
+        """This header with the offset, max timestamp and leader epoch the log gave the batch
+        (``attrs.evolve`` looks every field up by name: several times slower per append)."""
+        return BatchHeader(base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
+                           self.attributes, self.last_offset_delta, self.base_timestamp,
+                           max_timestamp, self.producer_id, self.producer_epoch,
+                           self.base_sequence, self.record_count)
+
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
