@@ -52,7 +52,7 @@ from ..protocol.codec import (
 from ..protocol.framing import FrameDecoder, InvalidFrameSize
 from ..protocol.regions import FileRegion, FramedParts, RegionInvalid
 from .memory_pool import MemoryPool, UnboundedPool
-from .mute import ChannelMute, IllegalMuteTransition, MuteEvent
+from .mute import ChannelMute, IllegalMuteTransition, MuteEvent, MuteState
 from .request_channel import Request, RequestChannel, ResponseAction
 
 if TYPE_CHECKING:
@@ -292,7 +292,8 @@ class Connection:
         supported = self._server.supported_versions
         channel = self._processor.request_channel
         while True:
-            await self._wait_until_readable()
+            if not self._may_read_now():
+                await self._wait_until_readable()
             frame = await self._read_frame()
             if frame is None:
                 return "client", self._eof or "end of stream"
@@ -342,6 +343,22 @@ class Connection:
                     return self._write_failure
                 if self._stop_reading:
                     return "shutdown", ""
+
+    def _may_read_now(self) -> bool:
+        """The usual case of :meth:`_wait_until_readable` without a coroutine: nothing to wait
+        for (in-flight limit, throttle, mute state other than plain MUTED); unmutes. False
+        changes nothing: the coroutine then decides and waits."""
+        if (len(self._pending) >= self._max_inflight
+                or self._throttle_deadline > trio.current_time()):
+            return False
+        mute = self._mute
+        if mute is not None:
+            state = mute.state
+            if state is MuteState.MUTED:
+                mute.maybe_unmute()
+            elif state is not MuteState.NOT_MUTED:
+                return False
+        return True
 
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""

@@ -153,7 +153,8 @@ class SocketServer:
 
     def connection_progressed(self) -> None:
         """A connection sent responses or closed: wake :meth:`wait_drained`."""
-        self._progress.unpark_all()
+        if self._progress:  # unpark_all builds lists even when nobody waits (per request)
+            self._progress.unpark_all()
 
     def close_connections(self) -> None:
         for processor in self.processors:

@@ -103,7 +103,8 @@ class RequestHandlerPool:
                     await self.handle(request)
         finally:
             self._lent -= 1
-            self._lent_lot.unpark()
+            if self._lent_lot:  # a handler waits for its lent turn (rare; unpark costs a µs)
+                self._lent_lot.unpark()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self.cancel_scope:
