@@ -297,7 +297,7 @@ class Connection:
             frame = await self._read_frame()
             if frame is None:
                 return "client", self._eof or "end of stream"
-            if self._throttle_deadline > trio.current_time():
+            if self._throttle_deadline and self._throttle_deadline > trio.current_time():
                 # Pipelining: a throttle began while this frame was being read (KIP-219).
                 await self._wait_until_readable()
             reserved, self._frame_reserved = self._frame_reserved, 0
@@ -348,8 +348,8 @@ class Connection:
         """The usual case of :meth:`_wait_until_readable` without a coroutine: nothing to wait
         for (in-flight limit, throttle, mute state other than plain MUTED); unmutes. False
         changes nothing: the coroutine then decides and waits."""
-        if (len(self._pending) >= self._max_inflight
-                or self._throttle_deadline > trio.current_time()):
+        if len(self._pending) >= self._max_inflight or (
+                self._throttle_deadline and self._throttle_deadline > trio.current_time()):
             return False
         mute = self._mute
         if mute is not None:
@@ -426,6 +426,7 @@ class Connection:
                 await self._received_lot.park()
                 continue
             self._receiving = True
+            data: bytes | bytearray | None
             try:
                 if self.raw_socket:
                     # A plain socket is read directly (trio's receive_some adds two context
@@ -445,6 +446,7 @@ class Connection:
                 self._receiving = False
                 if self._received_lot is not None:
                     self._received_lot.unpark_all()
+            assert data is not None
             self._received(data)
 
     async def _receive(self, max_bytes: int) -> None:

@@ -140,12 +140,13 @@ class RequestHandlerPool:
             await self.handle(request)
 
     async def handle(self, request: Request) -> None:
-        request.dequeue_ns = time.perf_counter_ns()
+        request.dequeue_ns = dequeued = time.perf_counter_ns()
         decoded = request.decoded
-        ctx = RequestContext(decoded, request.connection, self.broker, size=request.size,
-                             dequeue_ns=request.dequeue_ns)
+        connection = request.owner.info
+        ctx = RequestContext(decoded, connection, self.broker, size=request.size,
+                             dequeue_ns=dequeued)
         handler = self._handlers[decoded.api_key]
-        with for_connection(request.connection):
+        with for_connection(connection):
             interceptor = self.interceptor
             if interceptor is not None:
                 await self._answer(request, ctx, lambda: interceptor(ctx, handler.handle))

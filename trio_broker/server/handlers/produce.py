@@ -64,6 +64,7 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
     # What follows is _append_checked's work, written out: one coroutine frame less on the
     # path of every produced batch.
     code: ErrorCode
+    message: str | None
     if records is None:
         code, message = ErrorCode.invalid_record, "Produce request without records"
     elif (message := _single_batch_problem(records)) is not None:
