@@ -520,6 +520,29 @@ class Connection:
         """Wait for the oldest request's response, then send it with every one ready after it,
         in order, in one write."""
         pending = self._pending
+        if len(pending) == 1:
+            # The usual case (one request in flight, answered with bytes): the loop below
+            # without its lists.
+            request = pending[0]
+            slot = request.slot
+            payload = slot.payload
+            if slot.action is ResponseAction.SEND and type(payload) is bytes:
+                request.response_dequeue_ns = time.perf_counter_ns()
+                try:
+                    await self._send(payload)
+                except BaseException:
+                    del pending[:1]
+                    self._drop([request])
+                    raise
+                self._touch()
+                del pending[:1]
+                request.end_ns = time.perf_counter_ns()
+                self._sent(request)
+                if self._inflight_lot is not None:
+                    self._inflight_lot.unpark_all()
+                if not pending:
+                    self._server.connection_progressed()
+                return
         while not pending or not pending[0].slot.ready.is_set():
             if pending:
                 await pending[0].slot.ready.wait()
