@@ -405,17 +405,18 @@ class Connection:
         pool = self._server.memory_pool
         while True:
             size = decoder.pending_size()
-            if size is not None and not self._frame_reserved:
-                if not pool.try_allocate(size):
-                    since = trio.current_time()
-                    emit("connection_muted", reason="memory", inflight=len(self._pending))
-                    await pool.allocate(size)
-                    emit("connection_unmuted", reason="memory",
-                         muted_ms=round((trio.current_time() - since) * 1000, 3))
-                self._frame_reserved = size if size > 0 else 0
-            frame = decoder.next_frame()
-            if frame is not None:
-                return frame
+            if size is not None:
+                if not self._frame_reserved:
+                    if not pool.try_allocate(size):
+                        since = trio.current_time()
+                        emit("connection_muted", reason="memory", inflight=len(self._pending))
+                        await pool.allocate(size)
+                        emit("connection_unmuted", reason="memory",
+                             muted_ms=round((trio.current_time() - since) * 1000, 3))
+                    self._frame_reserved = size if size > 0 else 0
+                frame = decoder.take(size)
+                if frame is not None:
+                    return frame
             if self._eof is not None:
                 # Complete frames already buffered are still served (Kafka's graceful close).
                 return None
