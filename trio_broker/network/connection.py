@@ -13,7 +13,8 @@ connection's one task: read, hand over, wait for the answer, send, read on; Kafk
 ``ChannelMuteState`` machine tracks it. With ``connection.max.inflight.requests`` > 1
 (AutoMQ-style pipelining) the writer is a second task in the connection's nursery.
 
-Idle expiry is a cancel scope around both whose deadline moves on every read and send.
+Idle expiry is a cancel scope around both whose deadline moves on reads and sends (by at
+least 1% of the idle time at once, so not on every request: see ``_touch``).
 
 **Reading while a write is blocked.** Responses are written with a non-blocking send; only when
 the kernel will not take the whole response (the peer has not acknowledged what it has) does the
