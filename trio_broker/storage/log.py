@@ -340,7 +340,14 @@ class PartitionLog:
         wrong one is rewritten in place (CRC included) so the time index and readers agree.
         Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
         INVALID_TIMESTAMP (KIP-937)."""
-        smallest, derived = self._records_bounds(data, position, header, payload)
+        if payload is None and not header.attributes & rb.COMPRESSION_MASK:
+            # Uncompressed (the usual case): the bounds straight from the batch.
+            try:
+                smallest, derived = rb.records_timestamp_bounds(data, position, header)
+            except rb.RecordBatchError as exc:
+                raise CorruptMessage(exc.message) from None
+        else:
+            smallest, derived = self._records_bounds(data, position, header, payload)
         config = self.config
         if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
             now = now_ms()
