@@ -463,3 +463,28 @@ def test_response_error_tolerates_null_arrays() -> None:
         session_id=i32(0), responses=(fetch.FetchableTopicResponse(
             topic="t", partitions=(partition,)),))
     assert response_error(body) == "NONE"
+
+
+def _has_records_field(schema: type) -> bool:
+    """Brute force: any field, at any depth, of kafka_type records."""
+    for field in dataclasses.fields(schema):
+        if field.metadata.get("kafka_type") == "records":
+            return True
+        nested = getattr(field.type, "__args__", ())
+        if any(dataclasses.is_dataclass(t) and _has_records_field(t) for t in nested):
+            return True
+    return False
+
+
+def test_only_responses_with_records_use_the_region_encoder() -> None:
+    """encode_response_parts skips the region buffer for responses that cannot hold records;
+    which ones can is derived per class, and must agree with a walk of every response the
+    broker sends (Fetch holds records; Produce, Metadata and the rest do not)."""
+    from trio_broker.protocol.codec import _carries_records, response_schema
+
+    for api_key, (low, high) in supported_versions().items():
+        for version in range(low, high + 1):
+            schema = response_schema(api_key, version)
+            assert _carries_records(schema) == _has_records_field(schema), (api_key, version)
+    assert _carries_records(response_schema(1, 12))
+    assert not _carries_records(response_schema(0, 9))

@@ -330,6 +330,23 @@ async def test_flush_policy_advances_the_recovery_point(tmp_path: Path) -> None:
     lm.close()
 
 
+async def test_a_cancelled_append_still_finishes_its_flush(tmp_path: Path) -> None:
+    """The flush an append waits for is shielded: a produce handled inline in a connection
+    that is being cancelled (idle expiry, shutdown) never leaves its records appended but
+    unflushed (RequestHandlerPool.handle_inline has no shield of its own)."""
+    lm = make(tmp_path, log_flush_interval_messages="1")
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        result = await lm.append("t", 0, batch([b"a"]))
+        assert log.recovery_point == 1 and log.unflushed_messages == 0
+        await trio.lowlevel.checkpoint()  # the cancellation takes effect after the append
+    assert scope.cancelled_caught and result.base_offset == 0
+    lm.close()
+
+
 async def test_topic_admin(tmp_path: Path) -> None:
     lm = make(tmp_path)
     for bad in ("", ".", "..", "a" * 250, "bad name", "bad/name"):

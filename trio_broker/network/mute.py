@@ -42,6 +42,9 @@ _TRANSITIONS: dict[tuple[MuteState, MuteEvent], MuteState] = {
     (_S.MUTED_AND_THROTTLED_AND_RESPONSE_PENDING, _E.THROTTLE_ENDED): _S.MUTED_AND_RESPONSE_PENDING,
 }
 
+_BY_VALUE: dict[tuple[str, str], MuteState] = {
+    (state._value_, event._value_): new for (state, event), new in _TRANSITIONS.items()}
+
 
 @attrs.define
 class ChannelMute:
@@ -69,7 +72,9 @@ class ChannelMute:
         return self._state is MuteState.NOT_MUTED
 
     def handle(self, event: MuteEvent) -> None:
-        new_state = _TRANSITIONS.get((self._state, event))
+        # Keyed by the members' plain ``_value_`` strings: an Enum member hashes through a
+        # Python-level ``__hash__`` and this runs twice per request.
+        new_state = _BY_VALUE.get((self._state._value_, event._value_))
         if new_state is None:
             raise IllegalMuteTransition(f"cannot handle {event.name} in state {self._state.name}")
         self._state = new_state

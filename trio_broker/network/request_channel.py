@@ -123,20 +123,28 @@ class Request:
         # Written out, in integer arithmetic: this runs for every request, and
         # ``round(x, 3)`` on a float costs about a microsecond each (correctly rounded
         # decimal conversion). ``(ns + 500) // 1000 / 1000`` is the same value for ns >= 0.
+        # Conditional expressions rather than max(..., 0): six builtin calls per request.
         start = self.start_ns
         dequeue = self.dequeue_ns
         complete = self.response_complete_ns
         local = self.local_complete_ns or complete
         response_dequeue = self.response_dequeue_ns
         end = self.end_ns
+        queue = dequeue - start
+        handler = local - dequeue
+        remote = complete - local
+        response_queue = response_dequeue - complete
+        send = end - response_dequeue
+        total = end - start
         return {
-            "request_queue_ms": (max(dequeue - start, 0) + 500) // 1000 / 1000,
-            "local_ms": (max(local - dequeue, 0) + 500) // 1000 / 1000,
-            "remote_ms": (max(complete - local, 0) + 500) // 1000 / 1000,
+            "request_queue_ms": ((queue if queue > 0 else 0) + 500) // 1000 / 1000,
+            "local_ms": ((handler if handler > 0 else 0) + 500) // 1000 / 1000,
+            "remote_ms": ((remote if remote > 0 else 0) + 500) // 1000 / 1000,
             "throttle_ms": float(self.slot.throttle_ms),
-            "response_queue_ms": (max(response_dequeue - complete, 0) + 500) // 1000 / 1000,
-            "send_ms": (max(end - response_dequeue, 0) + 500) // 1000 / 1000,
-            "total_ms": (max(end - start, 0) + 500) // 1000 / 1000,
+            "response_queue_ms": ((response_queue if response_queue > 0 else 0) + 500)
+            // 1000 / 1000,
+            "send_ms": ((send if send > 0 else 0) + 500) // 1000 / 1000,
+            "total_ms": ((total if total > 0 else 0) + 500) // 1000 / 1000,
         }
 
 

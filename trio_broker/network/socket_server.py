@@ -14,6 +14,7 @@ import trio
 from ..config import BrokerConfig, Endpoint
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
+from ..protocol.codec import api_name
 from ..security.listeners import ListenerSecurity, listener_security
 from .acceptor import Acceptor, open_listening_socket
 from .memory_pool import MemoryPool, UnboundedPool
@@ -153,7 +154,8 @@ class SocketServer:
 
     def connection_progressed(self) -> None:
         """A connection sent responses or closed: wake :meth:`wait_drained`."""
-        self._progress.unpark_all()
+        if self._progress:  # unpark_all builds lists even when nobody waits (per request)
+            self._progress.unpark_all()
 
     def close_connections(self) -> None:
         for processor in self.processors:
@@ -172,10 +174,11 @@ class SocketServer:
         decoded = request.decoded
         slot = request.slot
         timings = request.timings_ms()
-        api = decoded.api
+        api = api_name(decoded.api_key)
         self.metrics.observe_request(api, decoded.api_version, timings, slot.error, request.size)
-        info = request.connection
-        action = "dropped" if dropped else (slot.action.value if slot.action else "none")
+        info = request.owner.info
+        # ``_value_``: an Enum's ``.value`` is a Python-level descriptor (this runs per request)
+        action = "dropped" if dropped else (slot.action._value_ if slot.action else "none")
         extra: dict[str, int] = {}
         body = decoded.body
         if (decoded.api_key == FETCH_KEY and decoded.api_version >= FETCH_SESSION_VERSION

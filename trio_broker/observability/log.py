@@ -89,6 +89,10 @@ class LineWriter:
     def _write_lines(self, lines: list[str]) -> None:
         if not lines:
             return
+        if self._path is None or self._max_bytes <= 0:
+            # No rotation: one join, no per-line bookkeeping (a line per request passes here).
+            self._write_raw(lines, sum(map(len, lines)) + len(lines))
+            return
         pending: list[str] = []
         pending_size = 0
         for line in lines:

@@ -7,9 +7,9 @@ Kafka MBean.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import time
+from bisect import bisect_left
 from typing import Any
 
 import trio
@@ -238,9 +238,10 @@ class RequestMetrics:
             series = self._series[api] = _ApiSeries(len(self.FIELDS), len(self._bounds))
         bounds = self._bounds
         sums = series.sums
-        for index, (counts, field) in enumerate(zip(series.buckets, self.FIELDS, strict=True)):
+        buckets = series.buckets
+        for index, field in enumerate(self.FIELDS):  # per request: no zip, no nested tuples
             value = timings[field]
-            counts[bisect.bisect_left(bounds, value)] += 1
+            buckets[index][bisect_left(bounds, value)] += 1
             sums[index] += value
         series.bytes += request_bytes
         versions = series.versions

@@ -67,6 +67,11 @@ class FrameDecoder:
         size = self.pending_size()
         if size is None:
             return None
+        return self.take(size)
+
+    def take(self, size: int) -> bytes | None:
+        """:meth:`next_frame` for a caller that has just read ``size`` from
+        :meth:`pending_size` (so the prefix is not decoded twice per frame)."""
         begin = self._start + SIZE_PREFIX_BYTES
         end = begin + size
         if end > len(self._buffer):

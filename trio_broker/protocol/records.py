@@ -104,6 +104,14 @@ class BatchHeader:
         """Bytes of the whole batch, header included."""
         return self.batch_length + LOG_OVERHEAD
 
+    def assigned(self, base_offset: int, max_timestamp: int, leader_epoch: int) -> BatchHeader:
+        """This header with the offset, max timestamp and leader epoch the log gave the batch
+        (``attrs.evolve`` looks every field up by name: several times slower per append)."""
+        return BatchHeader(base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
+                           self.attributes, self.last_offset_delta, self.base_timestamp,
+                           max_timestamp, self.producer_id, self.producer_epoch,
+                           self.base_sequence, self.record_count)
+
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
@@ -233,12 +241,17 @@ def split_batches(data: bytes | bytearray | memoryview, *, max_size: int | None 
     Trailing bytes that do not form a whole batch are an error (CORRUPT_MESSAGE): a producer
     never sends a partial batch, so such bytes are corruption, never a torn write we may drop.
     """
+    end = len(data)
+    if end == 0:
+        raise RecordBatchError("corrupt_message", "no record batch in the request")
+    if end >= HEADER_SIZE:
+        _, length = _OFFSET_AND_LENGTH.unpack_from(data, 0)
+        if length + LOG_OVERHEAD == end and length >= MIN_BATCH_LENGTH:
+            # Exactly one batch (every Produce v3+): validated in place, without views.
+            return [(0, validate_batch(data, max_size=max_size, from_client=from_client))]
     view = memoryview(data)
     batches: list[tuple[int, BatchHeader]] = []
     position = 0
-    end = len(view)
-    if end == 0:
-        raise RecordBatchError("corrupt_message", "no record batch in the request")
     while position < end:
         if end - position < HEADER_SIZE:
             raise RecordBatchError("corrupt_message", "truncated record batch")

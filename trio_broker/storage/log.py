@@ -216,71 +216,86 @@ class PartitionLog:
     def append(self, records: bytes, *, from_client: bool = True, producer_check: bool = True,
                append_time: int | None = None) -> AppendResult:
         """Validate, assign offsets, write. Synchronous: nothing may run in between."""
+        # Runs for every produced batch: attributes are read once into locals, and the common
+        # case (one batch, no producer id, CreateTime) takes no detours.
         if self.failed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is offline")
+        config = self.config
         try:
-            batches = rb.split_batches(records, max_size=self.config.max_message_bytes,
+            batches = rb.split_batches(records, max_size=config.max_message_bytes,
                                        from_client=from_client)
         except rb.RecordBatchError as exc:
             raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
-        if len(records) > self.config.segment_bytes:
+        size = len(records)
+        if size > config.segment_bytes:
             # UnifiedLog.append: an append must fit in one segment.
             raise RecordListTooLarge(
-                f"Message batch size is {len(records)} bytes in append to partition "
+                f"Message batch size is {size} bytes in append to partition "
                 f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
-                f"size of {self.config.segment_bytes}.")
-        decompressed: dict[int, bytes] = {}
-        if from_client and self.config.compact:
+                f"size of {config.segment_bytes}.")
+        decompressed: dict[int, bytes] | None = None
+        if from_client and config.compact:
             decompressed = self._require_keys(records, batches)
         state = self.producer_state
         if producer_check:
             # Kafka answers a retried batch with the offsets it got the first time.
-            if len(batches) == 1 and batches[0][1].has_producer_id:
+            if len(batches) == 1 and batches[0][1].producer_id >= 0:
                 duplicate = state.find_duplicate(batches[0][1])
                 if duplicate is not None:
                     return AppendResult(duplicate.first_offset, -1, self.log_start_offset,
                                         duplicate.last_offset, duplicate=True)
             pending: dict[int, tuple[int, int]] = {}
             for _, header in batches:
-                if header.has_producer_id:
+                if header.producer_id >= 0:
                     state.check(header, pending)
         stamp = append_time if append_time is not None else (
-            now_ms() if self.config.log_append_time else None)
+            now_ms() if config.log_append_time else None)
         data = bytearray(records)
-        next_offset = self.log_end_offset
-        base_offset = next_offset
+        segment = self.segments[-1]
+        next_offset = base_offset = segment.next_offset
         assigned: list[tuple[int, rb.BatchHeader]] = []
         messages = 0
+        max_timestamp_of_all = -(1 << 63)
+        transactional = False
         for position, header in batches:
             if stamp is None:
-                max_timestamp = self._derived_max_timestamp(data, position, header,
-                                                            decompressed.get(position))
+                max_timestamp = self._derived_max_timestamp(
+                    data, position, header,
+                    decompressed.get(position) if decompressed is not None else None)
             else:
                 max_timestamp = stamp
-                if header.compression:
+                if header.attributes & rb.COMPRESSION_MASK:
                     # The header is all LogAppendTime rewrites, but a compressed batch is
                     # still decompressed once, as Kafka's LogValidator does: a corrupt one
                     # (or a decompression bomb) is refused, never stored.
-                    self._records_bounds(data, position, header, decompressed.get(position))
+                    self._records_bounds(
+                        data, position, header,
+                        decompressed.get(position) if decompressed is not None else None)
             rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
-            header = attrs.evolve(header, base_offset=next_offset, max_timestamp=max_timestamp,
-                                  partition_leader_epoch=LEADER_EPOCH)
+            header = header.assigned(next_offset, max_timestamp, LEADER_EPOCH)
             assigned.append((position, header))
-            next_offset = header.next_offset
+            next_offset += header.last_offset_delta + 1
             messages += header.record_count
-        self._maybe_roll(len(data), next_offset, max(h.max_timestamp for _, h in assigned))
-        segment = self.active
+            if max_timestamp > max_timestamp_of_all:
+                max_timestamp_of_all = max_timestamp
+            if header.attributes & rb.TRANSACTIONAL_BIT:
+                transactional = True
+        if segment.size:
+            self._maybe_roll(size, next_offset, max_timestamp_of_all)
+            segment = self.segments[-1]
         size_before = segment.size
         try:
             segment.append(data, assigned)
         except OSError as exc:
             self._fail_append(segment, size_before, exc)
         for _, header in assigned:
-            state.update(header)
-        if any(h.is_transactional for _, h in assigned):
+            if header.producer_id >= 0:
+                state.update(header)
+        if transactional:
             self.txn_index.track(data, assigned, segment.base_offset)
         self.unflushed_messages += messages
-        self._wake()
+        if self.waiters:
+            self._wake()
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
 
@@ -325,7 +340,14 @@ class PartitionLog:
         wrong one is rewritten in place (CRC included) so the time index and readers agree.
         Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
         INVALID_TIMESTAMP (KIP-937)."""
-        smallest, derived = self._records_bounds(data, position, header, payload)
+        if payload is None and not header.attributes & rb.COMPRESSION_MASK:
+            # Uncompressed (the usual case): the bounds straight from the batch.
+            try:
+                smallest, derived = rb.records_timestamp_bounds(data, position, header)
+            except rb.RecordBatchError as exc:
+                raise CorruptMessage(exc.message) from None
+        else:
+            smallest, derived = self._records_bounds(data, position, header, payload)
         config = self.config
         if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
             now = now_ms()

@@ -449,7 +449,11 @@ class LogManager:
         log = self._log(topic, partition)
         result = log.append(records, from_client=producer_check, producer_check=producer_check)
         if log.needs_flush and not result.duplicate:
-            await log.flush()
+            # Shielded: the records are in the log, and the answer waits for the flush; a
+            # produce handled inline relies on this being its only checkpoint
+            # (RequestHandlerPool.handle_inline).
+            with trio.CancelScope(shield=True):
+                await log.flush()
         return result
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, *,

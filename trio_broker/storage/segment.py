@@ -201,22 +201,26 @@ class Segment:
     def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
         """Write already-offset-assigned batches; ``batches`` are their positions in ``data``."""
         start = self.size
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.write(self.fd, view[written:])
-        if self.size == 0 and batches:
+        size = len(data)
+        # One write per append; a short write (a full disk, a signal) continues where it ended.
+        written = os.write(self.fd, data)
+        if written < size:
+            view = memoryview(data)
+            while written < size:
+                written += os.write(self.fd, view[written:])
+        if start == 0 and batches:
             self.roll_base_ms = batches[0][1].max_timestamp
         for position, header in batches:
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
+            # Index entries only every index.interval.bytes, as Kafka's LogSegment.append.
             if self.bytes_since_index > self.index_interval_bytes:
                 self.offset_index.append(header.last_offset, start + position)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 self.bytes_since_index = 0
-            self.bytes_since_index += header.size
-        self.size = start + len(view)
+            self.bytes_since_index += header.batch_length + rb.LOG_OVERHEAD
+        self.size = start + size
         self.next_offset = batches[-1][1].next_offset
 
     def on_inactive(self) -> None:
