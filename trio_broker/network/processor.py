@@ -127,7 +127,9 @@ class Processor:
         self.connections.add(connection)
         self._connection_count.inc()
         self._connection_creation.inc()
-        nursery.start_soon(connection.run, name=f"connection {connection_id}")
+        # One shared task name: a per-connection string would cost ~100 bytes per connection
+        # (the id is in every event the task logs).
+        nursery.start_soon(connection.run, name="trio_broker connection")
 
     def connection_closed(self, connection: Connection, reason: str) -> None:
         self.connections.discard(connection)
