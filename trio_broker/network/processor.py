@@ -64,21 +64,30 @@ class Processor:
         self._connection_creation = metrics.connection_creation.labels(listener)
         self._connection_close: dict[str, Any] = {}
 
-    def _connection_id(self, sock: trio.socket.SocketType) -> str:
-        """Kafka's ``localIp:localPort-remoteIp:remotePort-processorId-index``."""
+    def _connection_id(self, sock: trio.socket.SocketType, ip: str, port: int) -> str:
+        """Kafka's ``localIp:localPort-remoteIp:remotePort-processorId-index``; the remote
+        address is the one accept() returned (getpeername would be one more system call)."""
         local = sock.getsockname()
-        remote = sock.getpeername()
         index = self._next_index
         self._next_index = 0 if index == INT_MAX else index + 1
-        return f"{local[0]}:{local[1]}-{remote[0]}:{remote[1]}-{self.id}-{index}"
+        return f"{local[0]}:{local[1]}-{ip}:{port}-{self.id}-{index}"
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             with self.cancel_scope:
                 async with trio.open_nursery() as nursery:
                     task_status.started()
-                    async for sock, ip, port in self._new_connections_in:
+                    queued = self._new_connections_in
+                    async for sock, ip, port in queued:
                         self._configure(nursery, sock, ip, port)
+                        # Everything else queued meanwhile, without a scheduler pass each
+                        # (a receive that finds an item waiting still yields once).
+                        while True:
+                            try:
+                                sock, ip, port = queued.receive_nowait()
+                            except trio.WouldBlock:
+                                break
+                            self._configure(nursery, sock, ip, port)
         finally:
             self._close_queued()
 
@@ -97,7 +106,7 @@ class Processor:
     def _configure(self, nursery: trio.Nursery, sock: trio.socket.SocketType, ip: str,
                    port: int) -> None:
         try:
-            connection_id = self._connection_id(sock)
+            connection_id = self._connection_id(sock, ip, port)
         except OSError as exc:  # the peer is already gone: Kafka closes and releases its slot
             sock.close()
             self.server.quotas.dec(self.listener, ip)
