@@ -58,9 +58,9 @@ class Processor:
         self._ids_in_use: set[str] = set()
         self.cancel_scope = trio.CancelScope()
         # This listener's metric children, looked up once (``labels()`` takes a lock and
-        # builds a key on every call; three per connection otherwise).
+        # builds a key on every call). ConnectionCount is read from ``connections`` when
+        # scraped (SocketServer), not counted per connection.
         metrics = server.metrics
-        self._connection_count = metrics.connection_count.labels(listener)
         self._connection_creation = metrics.connection_creation.labels(listener)
         self._connection_close: dict[str, Any] = {}
 
@@ -134,7 +134,6 @@ class Processor:
         connection = Connection(stream, info, self, ip, security=security)
         self._ids_in_use.add(connection_id)
         self.connections.add(connection)
-        self._connection_count.inc()
         self._connection_creation.inc()
         # One shared task name: a per-connection string would cost ~100 bytes per connection
         # (the id is in every event the task logs).
@@ -144,7 +143,6 @@ class Processor:
         self.connections.discard(connection)
         self._ids_in_use.discard(connection.info.connection_id)
         self.server.quotas.dec(self.listener, connection.ip)
-        self._connection_count.dec()
         closed = self._connection_close.get(reason)
         if closed is None:
             closed = self._connection_close[reason] = \

@@ -337,8 +337,12 @@ class ConnectionQuotas:
         limit = self.max_for_ip(ip)
         if self._by_ip[ip] >= limit:
             raise TooManyConnections(ip, limit)
-        self._listener_rate[listener][1].record(now)
-        self._broker_rate.record(now)
+        # Rates are recorded only where a quota reads them (see _rate_wait).
+        quota, rate = self._listener_rate[listener]
+        if quota < INT_MAX:
+            rate.record(now)
+        if self._config.max_connection_creation_rate < INT_MAX:
+            self._broker_rate.record(now)
         self._by_ip[ip] += 1
         self._by_listener[listener] += 1
         self.total += 1
