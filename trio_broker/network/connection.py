@@ -158,7 +158,10 @@ class Connection:
         self._throttle_deadline = 0.0
         self._idle_seconds = (config.connections_max_idle_ms / 1000
                               if config.connections_max_idle_ms >= 0 else None)
-        self._idle_scope = trio.CancelScope()
+        # Idle from now: the deadline given at construction (moving it later costs more).
+        self._idle_scope = trio.CancelScope(
+            deadline=math.inf if self._idle_seconds is None
+            else trio.current_time() + self._idle_seconds)
         # Pipelining only: stop_reading cancels the reader, the writer drains. A serial
         # connection has nothing to drain when its reader is stopped (a read request is sent
         # before the next read), so stop_reading cancels its idle scope instead: one cancel
@@ -217,7 +220,6 @@ class Connection:
         bind_connection(info)
         emit("connection_accepted", ip=self.ip)
         try:
-            self._touch()
             if isinstance(self.stream, trio.SSLStream):
                 # Under its own deadline (connections.max.idle.ms): a client that never
                 # completes the handshake costs this task, never the acceptor.
@@ -258,7 +260,8 @@ class Connection:
             # Answered by a handler but never sent: still counted (Kafka updates request
             # metrics for responses to closed channels). Unanswered ones are counted by the
             # handler pool when they complete.
-            self._drop([r for r in self._pending if r.slot.ready.is_set()])
+            if self._pending:
+                self._drop([r for r in self._pending if r.slot.ready.is_set()])
             self._release_frame_memory()
             # Synchronous close: an await here would re-raise a pending cancellation and
             # skip the bookkeeping below.
