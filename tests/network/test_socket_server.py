@@ -720,3 +720,26 @@ async def test_an_idle_connection_keeps_no_request(broker: Any) -> None:
     assert not [o for o in gc.get_objects() if isinstance(o, Request)]
     assert not [o for o in gc.get_objects() if isinstance(o, BlockingIOError)]
     assert await client.request(API_VERSIONS, 3, API_VERSIONS_V3)  # and it still answers
+
+
+async def test_only_the_idle_connection_expires_exactly_on_time(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """Kafka's IdleExpiryManager: of two connections, the one without reads or sends expires
+    exactly connections.max.idle.ms after its last send; the active one stays open."""
+    running = await start_broker({"connections.max.idle.ms": "1000"})
+    idle = await WireClient.connect(running.port)
+    active = await WireClient.connect(running.port)
+    await idle.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    last_send = trio.current_time()
+
+    async def keep_active() -> None:
+        for _ in range(3):
+            await trio.sleep(0.4)
+            await active.request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_active)
+        assert await idle.closed_by_peer()
+        assert trio.current_time() - last_send == pytest.approx(1.0, abs=1e-6)
+    assert len(log_events.events("connection_expired")) == 1
+    assert await active.request(API_VERSIONS, 3, API_VERSIONS_V3)  # still open at 1.2 s

@@ -66,9 +66,6 @@ if TYPE_CHECKING:
 RECEIVE_BYTES = 256 * 1024
 #: Bytes a connection may hold undecoded while one of its writes is blocked (read-ahead).
 READ_AHEAD_BYTES = 1024 * 1024
-# At most this much later than connections.max.idle.ms after the last read or send (and 1%
-# of it when that is less) is an idle connection closed: the idle deadline moves in steps.
-IDLE_SLACK_MAX_S = 1.0
 
 
 class ConnectionServer(Protocol):
@@ -102,6 +99,10 @@ class ConnectionOwner(Protocol):
     @property
     def request_channel(self) -> RequestChannel: ...
 
+    @property
+    def idle_lru(self) -> dict[Connection, float] | None:
+        """Connections by last activity, least recent first (None: no idle expiry)."""
+
     def connection_closed(self, connection: Connection, reason: str) -> None:
         """The connection has ended and closed its socket."""
 
@@ -122,7 +123,7 @@ class Connection:
     __slots__ = (
         "stream", "info", "ip", "_processor", "_server", "_decoder", "_max_inflight",
         "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
-        "_throttle_deadline", "_idle_seconds", "_idle_scope", "_reader_scope",
+        "_throttle_deadline", "_idle_seconds", "_idle_lru", "_idle_scope", "_reader_scope",
         "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
         "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
         "raw_socket", "_security", "_stopped",
@@ -158,10 +159,11 @@ class Connection:
         self._throttle_deadline = 0.0
         self._idle_seconds = (config.connections_max_idle_ms / 1000
                               if config.connections_max_idle_ms >= 0 else None)
-        # Idle from now: the deadline given at construction (moving it later costs more).
-        self._idle_scope = trio.CancelScope(
-            deadline=math.inf if self._idle_seconds is None
-            else trio.current_time() + self._idle_seconds)
+        # Idle expiry is the processor's (Kafka's IdleExpiryManager): this scope has no
+        # deadline; the processor cancels it (expire) once the connection has had no read or
+        # send for connections.max.idle.ms. _touch records activity in its LRU map.
+        self._idle_lru = processor.idle_lru
+        self._idle_scope = trio.CancelScope()
         # Pipelining only: stop_reading cancels the reader, the writer drains. A serial
         # connection has nothing to drain when its reader is stopped (a read request is sent
         # before the next read), so stop_reading cancels its idle scope instead: one cancel
@@ -223,7 +225,9 @@ class Connection:
             if isinstance(self.stream, trio.SSLStream):
                 # Under its own deadline (connections.max.idle.ms): a client that never
                 # completes the handshake costs this task, never the acceptor.
-                failed = await tls_handshake(self.stream, self._idle_scope.deadline,
+                idle = self._idle_seconds
+                deadline = math.inf if idle is None else trio.current_time() + idle
+                failed = await tls_handshake(self.stream, deadline,
                                              self._security, info,
                                              self._server.metrics.authentication)
                 if failed is not None:
@@ -277,17 +281,19 @@ class Connection:
 
     # ------------------------------------------------------------------ reading
     def _touch(self) -> None:
-        # Moves the idle deadline to between idle and idle + slack after now, and only when it
-        # is due sooner than idle: every move pushes an entry on trio's deadline heap, which
-        # trio prunes in O(scopes with deadlines), i.e. O(connections). Moved on every read
-        # and send, that was ~2.5 pushes per small request and one per 64 KiB read, and a
-        # few % of a core spent pruning with 1,000 connections (docs/performance.md, "Many
-        # connections, settled"). Kafka's idle check is coarse too (Selector, once per poll).
-        idle = self._idle_seconds
-        if idle is not None:
-            now = trio.current_time()
-            if not now + idle <= self._idle_scope.deadline < math.inf:  # inf: not yet set
-                self._idle_scope.deadline = now + idle + min(idle / 100, IDLE_SLACK_MAX_S)
+        """A read or a send: this connection becomes the most recently active of its
+        processor (the end of its access-ordered map), as Kafka's ``IdleExpiryManager.update``.
+        A dict move instead of a cancel-scope deadline move: no entry on trio's deadline heap
+        per read and send, and expiry stays exact (the processor sleeps until the least
+        recently active connection's deadline)."""
+        lru = self._idle_lru
+        if lru is not None:
+            lru.pop(self, None)
+            lru[self] = trio.current_time()
+
+    def expire(self) -> None:
+        """Idle for connections.max.idle.ms: end the connection (reason ``idle``)."""
+        self._idle_scope.cancel()
 
     async def _read_until_done(self) -> tuple[str, str]:
         with self._reader_scope or _NO_SCOPE:

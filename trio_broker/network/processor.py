@@ -54,6 +54,13 @@ class Processor:
         self.new_connections, self._new_connections_in = trio.open_memory_channel[
             tuple[trio.socket.SocketType, str, int]](capacity)
         self.connections: set[Connection] = set()
+        idle_ms = server.config.connections_max_idle_ms
+        self._idle_seconds = idle_ms / 1000 if idle_ms >= 0 else None
+        #: Kafka's IdleExpiryManager: every connection by its last read or send, least recent
+        #: first (a dict keeps insertion order; Connection._touch moves one to the end).
+        self.idle_lru: dict[Connection, float] | None = (
+            {} if self._idle_seconds is not None else None)
+        self._idle_lot = trio.lowlevel.ParkingLot()
         self._next_index = 0
         self._ids_in_use: set[str] = set()
         self.cancel_scope = trio.CancelScope()
@@ -76,6 +83,8 @@ class Processor:
         try:
             with self.cancel_scope:
                 async with trio.open_nursery() as nursery:
+                    if self.idle_lru is not None:
+                        nursery.start_soon(self._expire_idle, name="trio_broker idle expiry")
                     task_status.started()
                     queued = self._new_connections_in
                     async for sock, ip, port in queued:
@@ -90,6 +99,26 @@ class Processor:
                             self._configure(nursery, sock, ip, port)
         finally:
             self._close_queued()
+
+    async def _expire_idle(self) -> None:
+        """Close connections idle for ``connections.max.idle.ms``: sleep until the least
+        recently active connection's deadline, expire it if it is still the least recently
+        active one and has had no activity since (Kafka's Selector checks the same map once
+        per poll). Exact: a connection expires at its last read or send plus the idle time."""
+        lru = self.idle_lru
+        idle = self._idle_seconds
+        assert lru is not None and idle is not None
+        while True:
+            if not lru:
+                await self._idle_lot.park()
+                continue
+            connection, last = next(iter(lru.items()))
+            deadline = last + idle
+            if trio.current_time() >= deadline:
+                del lru[connection]
+                connection.expire()
+            else:
+                await trio.sleep_until(deadline)
 
     def _close_queued(self) -> None:
         """Close sockets accepted but never configured (Kafka's processor exit does too)."""
@@ -134,6 +163,11 @@ class Processor:
         connection = Connection(stream, info, self, ip, security=security)
         self._ids_in_use.add(connection_id)
         self.connections.add(connection)
+        lru = self.idle_lru
+        if lru is not None:
+            if not lru:
+                self._idle_lot.unpark_all()
+            lru[connection] = trio.current_time()
         self._connection_creation.inc()
         # One shared task name: a per-connection string would cost ~100 bytes per connection
         # (the id is in every event the task logs).
@@ -142,6 +176,8 @@ class Processor:
     def connection_closed(self, connection: Connection, reason: str) -> None:
         self.connections.discard(connection)
         self._ids_in_use.discard(connection.info.connection_id)
+        if self.idle_lru is not None:
+            self.idle_lru.pop(connection, None)
         self.server.quotas.dec(self.listener, connection.ip)
         closed = self._connection_close.get(reason)
         if closed is None:
