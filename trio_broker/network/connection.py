@@ -13,8 +13,8 @@ connection's one task: read, hand over, wait for the answer, send, read on; Kafk
 ``ChannelMuteState`` machine tracks it. With ``connection.max.inflight.requests`` > 1
 (AutoMQ-style pipelining) the writer is a second task in the connection's nursery.
 
-Idle expiry is a cancel scope around both whose deadline moves on reads and sends (by at
-least 1% of the idle time at once, so not on every request: see ``_touch``).
+Idle expiry is a cancel scope around both, cancelled by the processor once the connection
+has had no read or send for ``connections.max.idle.ms`` (Kafka's IdleExpiryManager).
 
 **Reading while a write is blocked.** Responses are written with a non-blocking send; only when
 the kernel will not take the whole response (the peer has not acknowledged what it has) does the
@@ -165,8 +165,8 @@ class Connection:
         self._idle_lru = processor.idle_lru
         self._idle_scope = trio.CancelScope()
         # Pipelining only: stop_reading cancels the reader, the writer drains. A serial
-        # connection has nothing to drain when its reader is stopped (a read request is sent
-        # before the next read), so stop_reading cancels its idle scope instead: one cancel
+        # connection has nothing to drain when its reader is stopped (a request read is
+        # answered before the next read), so stop_reading cancels its idle scope instead: one cancel
         # scope (and its two sets) less per connection.
         self._reader_scope = None if self._serial else trio.CancelScope()
         self._stopped = False
@@ -819,7 +819,6 @@ async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: flo
     return "ssl_handshake_failed", detail
 _HAVE_SENDFILE = hasattr(os, "sendfile")
 _NO_SCOPE = contextlib.nullcontext()
-
 
 
 class _UnsentBytes:
