@@ -166,8 +166,8 @@ class Connection:
         self._idle_scope = trio.CancelScope()
         # Pipelining only: stop_reading cancels the reader, the writer drains. A serial
         # connection has nothing to drain when its reader is stopped (a request read is
-        # answered before the next read), so stop_reading cancels its idle scope instead: one cancel
-        # scope (and its two sets) less per connection.
+        # answered before the next read), so stop_reading cancels its idle scope instead:
+        # one cancel scope (and its two sets) less per connection.
         self._reader_scope = None if self._serial else trio.CancelScope()
         self._stopped = False
         self._frame_reserved = 0
