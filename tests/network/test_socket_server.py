@@ -3,6 +3,7 @@ SocketServerTest (names in the docstrings), with the autojump clock where time m
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import struct
@@ -17,6 +18,7 @@ from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
 
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
 from tests.network.conftest import BlockedHandler
+from trio_broker.network.request_channel import Request
 from trio_broker.protocol.codec import encode_request
 from trio_broker.server import registry
 
@@ -704,3 +706,40 @@ async def test_client_quotas_describe_and_persist(start_broker: Any, tmp_path: A
         components=(describe.ComponentData(entity_type="ip", match_type=i8(0),
                                            match="10.0.0.1"),), strict=False))
     assert [e.entity[0].entity_name for e in body.entries] == ["10.0.0.1"]
+
+
+async def test_an_idle_connection_keeps_no_request(broker: Any) -> None:
+    """Idle connection memory (issue 11): once answered, a request (frame, decoded body,
+    response bytes) is not kept alive by the connection waiting for the next one, nor is the
+    exception of the read that found no data."""
+    client = await WireClient.connect(broker.port)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await trio.testing.wait_all_tasks_blocked()
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, Request)]
+    assert not [o for o in gc.get_objects() if isinstance(o, BlockingIOError)]
+    assert await client.request(API_VERSIONS, 3, API_VERSIONS_V3)  # and it still answers
+
+
+async def test_only_the_idle_connection_expires_exactly_on_time(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """Kafka's IdleExpiryManager: of two connections, the one without reads or sends expires
+    exactly connections.max.idle.ms after its last send; the active one stays open."""
+    running = await start_broker({"connections.max.idle.ms": "1000"})
+    idle = await WireClient.connect(running.port)
+    active = await WireClient.connect(running.port)
+    await idle.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    last_send = trio.current_time()
+
+    async def keep_active() -> None:
+        for _ in range(3):
+            await trio.sleep(0.4)
+            await active.request(API_VERSIONS, 3, API_VERSIONS_V3)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_active)
+        assert await idle.closed_by_peer()
+        assert trio.current_time() - last_send == pytest.approx(1.0, abs=1e-6)
+    assert len(log_events.events("connection_expired")) == 1
+    assert await active.request(API_VERSIONS, 3, API_VERSIONS_V3)  # still open at 1.2 s

@@ -24,19 +24,23 @@ _TRANSIENT_ACCEPT_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOB
 
 
 async def open_listening_socket(host: str | None, port: int, *, backlog: int,
-                                receive_buffer: int) -> trio.socket.SocketType:
-    """Bind a listening socket, setting SO_RCVBUF before bind as Kafka does."""
+                                receive_buffer: int) -> socket.socket:
+    """Bind a listening socket (non-blocking), setting SO_RCVBUF before bind as Kafka does.
+
+    A standard library socket: the acceptor calls its ``accept`` directly (module doc of
+    :class:`Acceptor`)."""
     infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                           flags=socket.AI_PASSIVE)
     # Prefer IPv4 for "localhost" so clients resolving it to 127.0.0.1 reach us.
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
     family, type_, proto, _, address = infos[0]
-    sock = trio.socket.socket(family, type_, proto)
+    sock = socket.socket(family, type_, proto)
     try:
+        sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if receive_buffer != -1:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-        await sock.bind(address)
+        sock.bind(address)  # resolved above: nothing here blocks
         sock.listen(backlog)
     except BaseException:
         sock.close()
@@ -49,14 +53,27 @@ class AcceptorServer(ProcessorServer, Protocol):
     its processors use (configuration, quotas, metrics, early-close bookkeeping)."""
 
 
-class Acceptor:
-    """Accepts connections on one listener."""
+#: Connections accepted in a row before the acceptor lets other tasks run (trio's own accept
+#: yields after every one; the processors' queues hold queued.max.connections, default 20).
+ACCEPT_BURST = 8
 
-    def __init__(self, server: AcceptorServer, listener: str, sock: trio.socket.SocketType,
+
+class Acceptor:
+    """Accepts connections on one listener.
+
+    It calls the listening socket's own non-blocking ``accept`` and waits with
+    ``wait_readable`` only when nothing is pending, yielding once every
+    :data:`ACCEPT_BURST` connections: trio's ``accept`` wrapper costs a scheduler pass per
+    connection on top (part of Kafka's connection set-up rate, issue 11).
+    """
+
+    def __init__(self, server: AcceptorServer, listener: str, sock: socket.socket,
                  processors: list[Processor]) -> None:
         self.server = server
         self.listener = listener
-        self.sock = sock
+        self._listening = sock
+        #: The same socket for trio (closing it wakes the acceptor's wait).
+        self.sock = trio.socket.from_stdlib_socket(sock)
         self.processors = processors
         self._next = 0
         self.cancel_scope = trio.CancelScope()
@@ -77,18 +94,35 @@ class Acceptor:
 
     async def _accept_loop(self, throttled_sockets: trio.Nursery) -> None:
         quotas = self.server.quotas
+        listening = self._listening
+        burst = 0
         while True:
             waited_since = trio.current_time()
             reason = await quotas.wait_for_slot(self.listener)
             if reason is not None:
                 self._blocked(reason, waited_since)
-            try:
-                conn, address = await self.sock.accept()
-            except OSError as exc:
-                if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
+            if burst >= ACCEPT_BURST:
+                # Before accept, never after: a socket accepted is never held across a
+                # checkpoint, where a cancellation would lose it.
+                burst = 0
+                await trio.lowlevel.checkpoint()
+            while True:
+                try:
+                    std_conn, address = listening.accept()
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    if exc.errno not in _TRANSIENT_ACCEPT_ERRORS:
+                        raise
                     await trio.sleep(0.1)
                     continue
-                raise
+                else:
+                    break
+                # Outside the except clause, so no exception lives on while waiting.
+                burst = 0
+                await trio.lowlevel.wait_readable(listening)
+            burst += 1
+            conn = trio.socket.from_stdlib_socket(std_conn)
             ip, port = str(address[0]), int(address[1])
             try:
                 quotas.inc(self.listener, ip)

@@ -13,8 +13,8 @@ connection's one task: read, hand over, wait for the answer, send, read on; Kafk
 ``ChannelMuteState`` machine tracks it. With ``connection.max.inflight.requests`` > 1
 (AutoMQ-style pipelining) the writer is a second task in the connection's nursery.
 
-Idle expiry is a cancel scope around both whose deadline moves on reads and sends (by at
-least 1% of the idle time at once, so not on every request: see ``_touch``).
+Idle expiry is a cancel scope around both, cancelled by the processor once the connection
+has had no read or send for ``connections.max.idle.ms`` (Kafka's IdleExpiryManager).
 
 **Reading while a write is blocked.** Responses are written with a non-blocking send; only when
 the kernel will not take the whole response (the peer has not acknowledged what it has) does the
@@ -36,6 +36,7 @@ read into one bytes object. Either way the regions are released once sent or dro
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -65,9 +66,6 @@ if TYPE_CHECKING:
 RECEIVE_BYTES = 256 * 1024
 #: Bytes a connection may hold undecoded while one of its writes is blocked (read-ahead).
 READ_AHEAD_BYTES = 1024 * 1024
-# At most this much later than connections.max.idle.ms after the last read or send (and 1%
-# of it when that is less) is an idle connection closed: the idle deadline moves in steps.
-IDLE_SLACK_MAX_S = 1.0
 
 
 class ConnectionServer(Protocol):
@@ -101,6 +99,10 @@ class ConnectionOwner(Protocol):
     @property
     def request_channel(self) -> RequestChannel: ...
 
+    @property
+    def idle_lru(self) -> dict[Connection, float] | None:
+        """Connections by last activity, least recent first (None: no idle expiry)."""
+
     def connection_closed(self, connection: Connection, reason: str) -> None:
         """The connection has ended and closed its socket."""
 
@@ -121,10 +123,10 @@ class Connection:
     __slots__ = (
         "stream", "info", "ip", "_processor", "_server", "_decoder", "_max_inflight",
         "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
-        "_throttle_deadline", "_idle_seconds", "_idle_scope", "_reader_scope",
+        "_throttle_deadline", "_idle_seconds", "_idle_lru", "_idle_scope", "_reader_scope",
         "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
         "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
-        "raw_socket", "_security",
+        "raw_socket", "_security", "_stopped",
     )
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
@@ -157,8 +159,17 @@ class Connection:
         self._throttle_deadline = 0.0
         self._idle_seconds = (config.connections_max_idle_ms / 1000
                               if config.connections_max_idle_ms >= 0 else None)
+        # Idle expiry is the processor's (Kafka's IdleExpiryManager): this scope has no
+        # deadline; the processor cancels it (expire) once the connection has had no read or
+        # send for connections.max.idle.ms. _touch records activity in its LRU map.
+        self._idle_lru = processor.idle_lru
         self._idle_scope = trio.CancelScope()
-        self._reader_scope = trio.CancelScope()
+        # Pipelining only: stop_reading cancels the reader, the writer drains. A serial
+        # connection has nothing to drain when its reader is stopped (a request read is
+        # answered before the next read), so stop_reading cancels its idle scope instead:
+        # one cancel scope (and its two sets) less per connection.
+        self._reader_scope = None if self._serial else trio.CancelScope()
+        self._stopped = False
         self._frame_reserved = 0
         # Why the stream ended ("end of stream", or the receive error), once it has.
         self._eof: str | None = None
@@ -193,7 +204,11 @@ class Connection:
         """Shutdown step: read no more requests; in-flight ones are still answered."""
         self._stop_reading = True
         if not self._writing:
-            self._reader_scope.cancel()
+            if self._reader_scope is None:
+                self._stopped = True
+                self._idle_scope.cancel()
+            else:
+                self._reader_scope.cancel()
 
     def wake(self) -> None:
         """Called when one of this connection's responses is ready."""
@@ -207,11 +222,12 @@ class Connection:
         bind_connection(info)
         emit("connection_accepted", ip=self.ip)
         try:
-            self._touch()
             if isinstance(self.stream, trio.SSLStream):
                 # Under its own deadline (connections.max.idle.ms): a client that never
                 # completes the handshake costs this task, never the acceptor.
-                failed = await tls_handshake(self.stream, self._idle_scope.deadline,
+                idle = self._idle_seconds
+                deadline = math.inf if idle is None else trio.current_time() + idle
+                failed = await tls_handshake(self.stream, deadline,
                                              self._security, info,
                                              self._server.metrics.authentication)
                 if failed is not None:
@@ -231,6 +247,8 @@ class Connection:
                         nursery.cancel_scope.cancel()
             if self._write_failure is not None:
                 reason, detail = self._write_failure
+            elif self._stopped:
+                reason, detail = "shutdown", ""
             elif self._idle_scope.cancelled_caught:
                 reason, detail = "idle", ""
                 emit("connection_expired",
@@ -246,7 +264,8 @@ class Connection:
             # Answered by a handler but never sent: still counted (Kafka updates request
             # metrics for responses to closed channels). Unanswered ones are counted by the
             # handler pool when they complete.
-            self._drop([r for r in self._pending if r.slot.ready.is_set()])
+            if self._pending:
+                self._drop([r for r in self._pending if r.slot.ready.is_set()])
             self._release_frame_memory()
             # Synchronous close: an await here would re-raise a pending cancellation and
             # skip the bookkeeping below.
@@ -262,20 +281,22 @@ class Connection:
 
     # ------------------------------------------------------------------ reading
     def _touch(self) -> None:
-        # Moves the idle deadline to between idle and idle + slack after now, and only when it
-        # is due sooner than idle: every move pushes an entry on trio's deadline heap, which
-        # trio prunes in O(scopes with deadlines), i.e. O(connections). Moved on every read
-        # and send, that was ~2.5 pushes per small request and one per 64 KiB read, and a
-        # few % of a core spent pruning with 1,000 connections (docs/performance.md, "Many
-        # connections, settled"). Kafka's idle check is coarse too (Selector, once per poll).
-        idle = self._idle_seconds
-        if idle is not None:
-            now = trio.current_time()
-            if not now + idle <= self._idle_scope.deadline < math.inf:  # inf: not yet set
-                self._idle_scope.deadline = now + idle + min(idle / 100, IDLE_SLACK_MAX_S)
+        """A read or a send: this connection becomes the most recently active of its
+        processor (the end of its access-ordered map), as Kafka's ``IdleExpiryManager.update``.
+        A dict move instead of a cancel-scope deadline move: no entry on trio's deadline heap
+        per read and send, and expiry stays exact (the processor sleeps until the least
+        recently active connection's deadline)."""
+        lru = self._idle_lru
+        if lru is not None:
+            lru.pop(self, None)
+            lru[self] = trio.current_time()
+
+    def expire(self) -> None:
+        """Idle for connections.max.idle.ms: end the connection (reason ``idle``)."""
+        self._idle_scope.cancel()
 
     async def _read_until_done(self) -> tuple[str, str]:
-        with self._reader_scope:
+        with self._reader_scope or _NO_SCOPE:
             try:
                 return await self._read_loop()
             except InvalidFrameSize as exc:
@@ -333,6 +354,9 @@ class Connection:
                 self._pending.remove(request)
                 self._server.memory_pool.release(reserved)
                 raise
+            # A waiting reader's frame keeps its locals: drop the request (and with it the
+            # response bytes) so that an idle connection holds none of it.
+            del request, decoded, frame
             if self._serial:
                 self._writing = True
                 try:
@@ -457,6 +481,7 @@ class Connection:
                     self._received_lot.unpark_all()
             assert data is not None
             self._received(data)
+            del data  # the decoder has it: not kept alive by a waiting frame
 
     async def _receive(self, max_bytes: int) -> None:
         """One receive from the socket into the decoder (the read-ahead task's; the reader
@@ -793,6 +818,7 @@ async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: flo
          detail=detail)
     return "ssl_handshake_failed", detail
 _HAVE_SENDFILE = hasattr(os, "sendfile")
+_NO_SCOPE = contextlib.nullcontext()
 
 
 class _UnsentBytes:

@@ -54,33 +54,71 @@ class Processor:
         self.new_connections, self._new_connections_in = trio.open_memory_channel[
             tuple[trio.socket.SocketType, str, int]](capacity)
         self.connections: set[Connection] = set()
+        idle_ms = server.config.connections_max_idle_ms
+        self._idle_seconds = idle_ms / 1000 if idle_ms >= 0 else None
+        #: Kafka's IdleExpiryManager: every connection by its last read or send, least recent
+        #: first (a dict keeps insertion order; Connection._touch moves one to the end).
+        self.idle_lru: dict[Connection, float] | None = (
+            {} if self._idle_seconds is not None else None)
+        self._idle_lot = trio.lowlevel.ParkingLot()
         self._next_index = 0
         self._ids_in_use: set[str] = set()
         self.cancel_scope = trio.CancelScope()
         # This listener's metric children, looked up once (``labels()`` takes a lock and
-        # builds a key on every call; three per connection otherwise).
+        # builds a key on every call). ConnectionCount is read from ``connections`` when
+        # scraped (SocketServer), not counted per connection.
         metrics = server.metrics
-        self._connection_count = metrics.connection_count.labels(listener)
         self._connection_creation = metrics.connection_creation.labels(listener)
         self._connection_close: dict[str, Any] = {}
 
-    def _connection_id(self, sock: trio.socket.SocketType) -> str:
-        """Kafka's ``localIp:localPort-remoteIp:remotePort-processorId-index``."""
+    def _connection_id(self, sock: trio.socket.SocketType, ip: str, port: int) -> str:
+        """Kafka's ``localIp:localPort-remoteIp:remotePort-processorId-index``; the remote
+        address is the one accept() returned (getpeername would be one more system call)."""
         local = sock.getsockname()
-        remote = sock.getpeername()
         index = self._next_index
         self._next_index = 0 if index == INT_MAX else index + 1
-        return f"{local[0]}:{local[1]}-{remote[0]}:{remote[1]}-{self.id}-{index}"
+        return f"{local[0]}:{local[1]}-{ip}:{port}-{self.id}-{index}"
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             with self.cancel_scope:
                 async with trio.open_nursery() as nursery:
+                    if self.idle_lru is not None:
+                        nursery.start_soon(self._expire_idle, name="trio_broker idle expiry")
                     task_status.started()
-                    async for sock, ip, port in self._new_connections_in:
+                    queued = self._new_connections_in
+                    async for sock, ip, port in queued:
                         self._configure(nursery, sock, ip, port)
+                        # Everything else queued meanwhile, without a scheduler pass each
+                        # (a receive that finds an item waiting still yields once).
+                        while True:
+                            try:
+                                sock, ip, port = queued.receive_nowait()
+                            except trio.WouldBlock:
+                                break
+                            self._configure(nursery, sock, ip, port)
         finally:
             self._close_queued()
+
+    async def _expire_idle(self) -> None:
+        """Close connections idle for ``connections.max.idle.ms``: sleep until the least
+        recently active connection's deadline, expire it if it is still the least recently
+        active one and has had no activity since (Kafka's Selector checks the same map once
+        per poll). Exact: a connection expires at its last read or send plus the idle time."""
+        lru = self.idle_lru
+        idle = self._idle_seconds
+        assert lru is not None and idle is not None
+        while True:
+            if not lru:
+                await self._idle_lot.park()
+                continue
+            connection, last = next(iter(lru.items()))
+            deadline = last + idle
+            if trio.current_time() >= deadline:
+                del lru[connection]
+                connection.expire()
+            else:
+                await trio.sleep_until(deadline)
 
     def _close_queued(self) -> None:
         """Close sockets accepted but never configured (Kafka's processor exit does too)."""
@@ -97,7 +135,7 @@ class Processor:
     def _configure(self, nursery: trio.Nursery, sock: trio.socket.SocketType, ip: str,
                    port: int) -> None:
         try:
-            connection_id = self._connection_id(sock)
+            connection_id = self._connection_id(sock, ip, port)
         except OSError as exc:  # the peer is already gone: Kafka closes and releases its slot
             sock.close()
             self.server.quotas.dec(self.listener, ip)
@@ -125,15 +163,22 @@ class Processor:
         connection = Connection(stream, info, self, ip, security=security)
         self._ids_in_use.add(connection_id)
         self.connections.add(connection)
-        self._connection_count.inc()
+        lru = self.idle_lru
+        if lru is not None:
+            if not lru:
+                self._idle_lot.unpark_all()
+            lru[connection] = trio.current_time()
         self._connection_creation.inc()
-        nursery.start_soon(connection.run, name=f"connection {connection_id}")
+        # One shared task name: a per-connection string would cost ~100 bytes per connection
+        # (the id is in every event the task logs).
+        nursery.start_soon(connection.run, name="trio_broker connection")
 
     def connection_closed(self, connection: Connection, reason: str) -> None:
         self.connections.discard(connection)
         self._ids_in_use.discard(connection.info.connection_id)
+        if self.idle_lru is not None:
+            self.idle_lru.pop(connection, None)
         self.server.quotas.dec(self.listener, connection.ip)
-        self._connection_count.dec()
         closed = self._connection_close.get(reason)
         if closed is None:
             closed = self._connection_close[reason] = \

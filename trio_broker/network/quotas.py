@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from ..config import BrokerConfig
+from ..config import INT_MAX, BrokerConfig
 
 
 class TooManyConnections(Exception):
@@ -275,11 +275,15 @@ class ConnectionQuotas:
                 and self.total < self._config.max_connections)
 
     def _rate_wait(self, listener: str, now: float) -> float:
+        # A rate quota of INT_MAX (the default: unlimited) cannot be exceeded (it would take
+        # billions of connections within the quota windows), so its throttle time is not
+        # computed: that was a tenth of the acceptor's CPU per connection.
         quota, rate = self._listener_rate[listener]
-        waits = [rate.throttle_seconds(quota, now)]
-        waits.append(self._broker_rate.throttle_seconds(self._config.max_connection_creation_rate,
-                                                        now))
-        return max(waits)
+        wait = rate.throttle_seconds(quota, now) if quota < INT_MAX else 0.0
+        broker_quota = self._config.max_connection_creation_rate
+        if broker_quota < INT_MAX:
+            wait = max(wait, self._broker_rate.throttle_seconds(broker_quota, now))
+        return wait
 
     async def wait_for_slot(self, listener: str) -> str | None:
         """Wait for a free slot and for the creation rates; returns why it waited, if it did."""
@@ -333,8 +337,12 @@ class ConnectionQuotas:
         limit = self.max_for_ip(ip)
         if self._by_ip[ip] >= limit:
             raise TooManyConnections(ip, limit)
-        self._listener_rate[listener][1].record(now)
-        self._broker_rate.record(now)
+        # Rates are recorded only where a quota reads them (see _rate_wait).
+        quota, rate = self._listener_rate[listener]
+        if quota < INT_MAX:
+            rate.record(now)
+        if self._config.max_connection_creation_rate < INT_MAX:
+            self._broker_rate.record(now)
         self._by_ip[ip] += 1
         self._by_listener[listener] += 1
         self.total += 1

@@ -8,6 +8,8 @@ steps (:meth:`stop_accepting`, :meth:`stop_reading`, :meth:`wait_drained`,
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import trio
 
@@ -121,6 +123,9 @@ class SocketServer:
                                             security=self.security.get(name)))
                 next_processor_id += 1
             self.processors += processors
+            # ConnectionCount, read from the processors when scraped (no per-connection work).
+            self.metrics.connection_count.labels(name).set_function(
+                functools.partial(_open_connections, processors))
             acceptor = Acceptor(self, name, sock, processors)
             self.acceptors.append(acceptor)
             bound = BoundListener(endpoint, acceptor.port, protocol, control)
@@ -195,6 +200,10 @@ class SocketServer:
             response_bytes=len(slot.payload), error=slot.error, response_action=action,
             **timings, **extra,
         )
+
+
+def _open_connections(processors: list[Processor]) -> int:
+    return sum(len(processor.connections) for processor in processors)
 
 
 def advertised_endpoints(config: BrokerConfig, bound: list[BoundListener]) -> dict[str, Endpoint]:
