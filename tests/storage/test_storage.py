@@ -608,3 +608,37 @@ async def test_a_recreated_topic_does_not_inherit_a_deleted_log_start_offset(
     lm = reopen(lm, after_crash=True)  # no periodic checkpoint ran in between
     assert read_all(lm, "again") == [(0, b"new")]
     lm.close()
+
+
+def test_a_lone_plain_batch_is_stored_as_the_general_path_stores_it(tmp_path: Path) -> None:
+    """``Segment.append_one`` (the log's path for one batch without a producer) leaves the
+    same file, indexes, max timestamp and roll base as ``Segment.append`` with headers."""
+    from trio_broker.storage.segment import Segment
+
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "general").mkdir()
+    fast = Segment(tmp_path / "fast", 0, index_max_bytes=4096, index_interval_bytes=300,
+                   created_ms=0)
+    general = Segment(tmp_path / "general", 0, index_max_bytes=4096, index_interval_bytes=300,
+                      created_ms=0)
+    offset = 0
+    # Timestamps that go up and down, batches of one to three records, sizes that cross the
+    # index interval at different points.
+    for step, stamp in enumerate([5_000, 4_000, 9_000, 9_000, 2_000, 12_000, 11_000] * 3):
+        count = step % 3 + 1
+        batch = bytearray(rb.build_batch(
+            [(None, b"v" * (40 * step), (), stamp + i) for i in range(count)]))
+        rb.assign_offset(batch, 0, offset)
+        header = rb.decode_header(batch)
+        fast.append_one(batch, header.last_offset, header.max_timestamp)
+        general.append(batch, [(0, header)])
+        offset = header.next_offset
+    for name in ("size", "next_offset", "max_timestamp", "offset_of_max_timestamp",
+                 "roll_base_ms", "bytes_since_index"):
+        assert getattr(fast, name) == getattr(general, name), name
+    assert list(fast.offset_index.offsets) == list(general.offset_index.offsets)
+    assert list(fast.offset_index.positions) == list(general.offset_index.positions)
+    assert len(fast.offset_index.offsets) > 2
+    assert list(fast.time_index.timestamps) == list(general.time_index.timestamps)
+    assert list(fast.time_index.offsets) == list(general.time_index.offsets)
+    assert fast.pread(fast.size, 0) == general.pread(general.size, 0)

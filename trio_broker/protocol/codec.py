@@ -85,6 +85,9 @@ def response_schema(api_key: int, api_version: int) -> type[Any]:
 
 
 _READERS: dict[Any, Callable[[bytes, int], tuple[Any, int]]] = {}
+#: Per supported ``(api_key, api_version)``: the request schema, whether it is flexible, and its
+#: reader (three lookups less per request).
+_PLANS: dict[tuple[int, int], tuple[Any, bool, Callable[[bytes, int], tuple[Any, int]]]] = {}
 _WRITERS: dict[Any, Callable[[io.BytesIO, Any], None]] = {}
 
 
@@ -138,7 +141,10 @@ def peek_api(frame: bytes) -> tuple[int, int]:
 
 def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> DecodedRequest:
     """Parse one frame against the broker's supported ``{api_key: (min, max)}`` table."""
-    api_key, api_version = peek_api(frame)
+    # peek_api, inline (one call less per request)
+    if len(frame) < _API_KEY_AND_VERSION.size:
+        raise InvalidRequest("header_too_short", f"{len(frame)} bytes")
+    api_key, api_version = _API_KEY_AND_VERSION.unpack_from(frame, 0)
     versions = supported.get(api_key)
     if versions is None:
         reason = "unknown_api_key" if api_key not in api_key_map else "unsupported_api"
@@ -173,13 +179,18 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
         # Kafka skips the body and treats the request as ApiVersions v0 (RequestContext).
         body: Any = None
     else:
-        schema = request_schema(api_key, api_version)
-        if schema.__flexible__:  # request header v2: a tagged-field section, no known tags
+        plan = _PLANS.get((api_key, api_version))
+        if plan is None:
+            schema = request_schema(api_key, api_version)
+            plan = _PLANS[(api_key, api_version)] = (schema, schema.__flexible__,
+                                                     _reader(schema))
+        schema, flexible, reader = plan
+        if flexible:  # request header v2: a tagged-field section, no known tags
             offset = skip_tagged_fields(frame, offset, "bad_header", api_key, api_version)
         # Every length is checked before kio's native reader trusts it.
         checked = scan_body(schema, frame, offset, api_key, api_version)
         try:
-            body, _ = _reader(schema)(checked, offset)
+            body, _ = reader(checked, offset)
         except Exception as exc:  # kio raises several types for values it refuses
             raise InvalidRequest("bad_body", repr(exc), api_key, api_version) from None
     # Positional: keyword arguments cost a frozen class's __init__ a third more, per request.

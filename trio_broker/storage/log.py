@@ -257,6 +257,7 @@ class PartitionLog:
         messages = 0
         max_timestamp_of_all = -(1 << 63)
         transactional = False
+        lone = len(batches) == 1
         for position, header in batches:
             if stamp is None:
                 max_timestamp = self._derived_max_timestamp(
@@ -272,8 +273,13 @@ class PartitionLog:
                         data, position, header,
                         decompressed.get(position) if decompressed is not None else None)
             rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
-            header = header.assigned(next_offset, max_timestamp, LEADER_EPOCH)
-            assigned.append((position, header))
+            if not (lone and header.producer_id < 0
+                    and not header.attributes & rb.TRANSACTIONAL_BIT):
+                # The producer state and the transaction index keep the assigned header; a
+                # lone batch without a producer (most produce requests) needs no such object
+                # (building one costs about as much as the segment write).
+                header = header.assigned(next_offset, max_timestamp, LEADER_EPOCH)
+                assigned.append((position, header))
             next_offset += header.last_offset_delta + 1
             messages += header.record_count
             if max_timestamp > max_timestamp_of_all:
@@ -285,7 +291,10 @@ class PartitionLog:
             segment = self.segments[-1]
         size_before = segment.size
         try:
-            segment.append(data, assigned)
+            if assigned:
+                segment.append(data, assigned)
+            else:
+                segment.append_one(data, next_offset - 1, max_timestamp_of_all)
         except OSError as exc:
             self._fail_append(segment, size_before, exc)
         for _, header in assigned:

@@ -223,6 +223,29 @@ class Segment:
         self.size = start + size
         self.next_offset = batches[-1][1].next_offset
 
+    def append_one(self, data: bytes | bytearray, last_offset: int, max_timestamp: int) -> None:
+        """:meth:`append` of one already-offset-assigned batch (all of ``data``), given its
+        last offset and max timestamp: the log's path for a batch it keeps no header of."""
+        start = self.size
+        size = len(data)
+        written = os.write(self.fd, data)
+        if written < size:
+            view = memoryview(data)
+            while written < size:
+                written += os.write(self.fd, view[written:])
+        if start == 0:
+            self.roll_base_ms = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if self.bytes_since_index > self.index_interval_bytes:
+            self.offset_index.append(last_offset, start)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+        self.size = start + size
+        self.next_offset = last_offset + 1
+
     def on_inactive(self) -> None:
         """The segment was rolled: record its final max timestamp in the time index."""
         if self.max_timestamp >= 0 and (not self.time_index.timestamps
