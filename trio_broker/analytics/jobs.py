@@ -41,7 +41,9 @@ from .summary import build_summary
 from .tables import (
     CONNECTIONS_RSD,
     DEFAULT_FETCH_MAX_WAIT_MS,
-    HEADLINE_ACCURACY,
+    HEADLINE_METHOD,
+    KLL_K,
+    KLL_RANK_ERROR,
     PERCENTILES,
     QUESTIONS,
     REBALANCE_WAIT_APIS,
@@ -56,6 +58,7 @@ from .tables import (
     errors_by_code,
     expected_wait_column,
     group_rebalances,
+    headline_percentiles,
     invalid_frames,
     latency_by_api,
     latency_by_client,
@@ -63,6 +66,7 @@ from .tables import (
     metrics_timeline,
     mutes_by_reason,
     rejected_connections,
+    request_grain,
     request_queue_by_minute,
     saturation_by_minute,
     slowest_requests,
@@ -76,12 +80,13 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "BLANK", "BLOCK", "CONNECTIONS_RSD", "DEFAULT_FETCH_MAX_WAIT_MS", "FILE", "HEADLINE_ACCURACY",
+    "BLANK", "BLOCK", "CONNECTIONS_RSD", "DEFAULT_FETCH_MAX_WAIT_MS", "FILE", "HEADLINE_METHOD",
+    "KLL_K", "KLL_RANK_ERROR",
     "PART", "PERCENTILES", "PROBLEM", "QUESTIONS", "REBALANCE_WAIT_APIS", "REQUIRED_FIELDS",
     "ROW", "SMALL_INPUT_BYTES", "STAGES", "TEXT", "WRONG_TYPE", "AnalysisResult", "LineAccounts",
     "Question", "account_lines", "analysed_columns", "authentication_failures",
     "build_summary", "closed_connections", "collect_rows", "connection_churn_by_minute",
-    "dominant_stage_column", "errors_by_code", "expected_wait_column", "get_spark",
+    "dominant_stage_column", "errors_by_code", "expected_wait_column", "get_spark", "headline_percentiles", "request_grain",
     "group_rebalances", "invalid_frames", "iso_utc", "latency_by_api", "latency_by_client",
     "latency_by_client_api", "metrics_timeline", "mutes_by_reason", "problem_column",
     "read_logs", "rejected_connections", "request_queue_by_minute", "run_analysis",
@@ -110,30 +115,42 @@ def _job_count(spark: SparkSession) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 
-def _builders(slowest: int) -> dict[str, Callable[[DataFrame], DataFrame]]:
+@attrs.frozen
+class Inputs:
+    """What the tables are computed from: the usable lines in range (``events``, the Parquet
+    copy, read column-pruned), the lines other than requests (``other``, cached: a few percent
+    of a broker log) and the request lines aggregated once per broker, client, API and error
+    (``grain``, :func:`request_grain`, cached: hundreds of rows)."""
+
+    events: DataFrame
+    other: DataFrame
+    grain: DataFrame
+
+
+def _builders(slowest: int) -> dict[str, Callable[[Inputs], DataFrame]]:
     return {
-        "rejected_connections": rejected_connections,
-        "closed_connections": closed_connections,
-        "saturation_by_minute": saturation_by_minute,
-        "metrics_timeline": metrics_timeline,
-        "mutes_by_reason": mutes_by_reason,
-        "request_queue_by_minute": request_queue_by_minute,
-        "latency_by_api": latency_by_api,
-        "slowest_requests": lambda frame: slowest_requests(frame, slowest),
-        "latency_by_client": latency_by_client,
-        "latency_by_client_api": latency_by_client_api,
-        "errors_by_code": errors_by_code,
-        "invalid_frames": invalid_frames,
-        "connection_churn_by_minute": connection_churn_by_minute,
-        "top_clients": top_clients,
-        "throttled_clients": throttled_clients,
-        "group_rebalances": group_rebalances,
-        "authentication_failures": authentication_failures,
-        "transactions": transactions,
+        "rejected_connections": lambda i: rejected_connections(i.other),
+        "closed_connections": lambda i: closed_connections(i.other),
+        "saturation_by_minute": lambda i: saturation_by_minute(i.other),
+        "metrics_timeline": lambda i: metrics_timeline(i.other),
+        "mutes_by_reason": lambda i: mutes_by_reason(i.other),
+        "request_queue_by_minute": lambda i: request_queue_by_minute(i.events),
+        "latency_by_api": lambda i: latency_by_api(i.grain, headline_percentiles(i.events)),
+        "slowest_requests": lambda i: slowest_requests(i.events, slowest),
+        "latency_by_client": lambda i: latency_by_client(i.grain),
+        "latency_by_client_api": lambda i: latency_by_client_api(i.grain),
+        "errors_by_code": lambda i: errors_by_code(i.grain),
+        "invalid_frames": lambda i: invalid_frames(i.other),
+        "connection_churn_by_minute": lambda i: connection_churn_by_minute(i.other),
+        "top_clients": lambda i: top_clients(i.grain),
+        "throttled_clients": lambda i: throttled_clients(i.other, i.grain),
+        "group_rebalances": lambda i: group_rebalances(i.other),
+        "authentication_failures": lambda i: authentication_failures(i.other),
+        "transactions": lambda i: transactions(i.other),
     }
 
 
-def _answer_all(spark: SparkSession, events: DataFrame, out: Path, slowest: int,
+def _answer_all(spark: SparkSession, inputs: Inputs, out: Path, slowest: int,
                 stage: Progress) -> dict[str, list[dict[str, Any]]]:
     """Every question's table, written as ``out/NAME.parquet`` and collected (in QUESTIONS
     order). A few threads submit jobs at once, so one job's driver-side work (planning, the
@@ -147,7 +164,7 @@ def _answer_all(spark: SparkSession, events: DataFrame, out: Path, slowest: int,
     def answer(question: Question) -> list[dict[str, Any]]:
         # The table is small: cached while it is written (one file) and collected, so the
         # aggregate is computed once.
-        table = builders[question.name](events).coalesce(1).persist(StorageLevel.MEMORY_ONLY)
+        table = builders[question.name](inputs).coalesce(1).persist(StorageLevel.MEMORY_ONLY)
         try:
             table.write.mode("overwrite").parquet(str(out / f"{question.name}.parquet"))
             rows = collect_rows(table)
@@ -169,8 +186,13 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
 
     The input is read once: the parsed lines (only the columns the questions use) are written
     as Parquet under ``out`` by the first job and every other job reads that copy (removed at
-    the end). Each table is computed once, cached while it is written and collected.
+    the end). The request lines are aggregated once (:func:`request_grain`) for every request
+    table; the other lines are few and cached. Each table is computed once, cached while it
+    is written and collected.
     """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
     from .report import render_report
 
     started = time.monotonic()
@@ -178,7 +200,7 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     # Keep the good fields of a line with one wrongly typed field, to name the bad field.
     spark.conf.set("spark.sql.json.enablePartialResults", "true")
     out.mkdir(parents=True, exist_ok=True)
-    steps = len(QUESTIONS) + 4
+    steps = len(QUESTIONS) + 5
     step = 0
 
     def stage(message: str) -> None:
@@ -188,22 +210,32 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
 
     stage(f"reading {len(files)} file(s)")
     jobs_before = _job_count(spark)
-    lines = read_logs(spark, files)
+    # Only the fields the tables use are parsed and type-checked (docs/decisions.md).
+    lines = read_logs(spark, files, columns=analysed_columns())
     keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
     # The one read of the input: parsed lines, cut to the analysed columns, written once as
     # Parquet under --out (executors share it on a cluster) and read back, column-pruned, by
-    # every later job. Spark's in-memory cache instead: building the compressed column cache
-    # cost more CPU than the parse, and it peaked at 2,804 MiB on the 2,000,000-line bench
-    # log (docs/performance.md).
+    # the few jobs that need lines. Spark's in-memory cache instead: building the compressed
+    # column cache cost more CPU than the Parquet copy (docs/performance.md).
     store = out / "_lines.parquet"
+    cached: list[DataFrame] = []
     try:
         lines.select(*keep).write.mode("overwrite").parquet(str(store))
         stage("input read and parsed once (Parquet copy of the parsed lines)")
         parsed = spark.read.parquet(str(store))
         accounts = account_lines(parsed, files, since, until)
         events = with_service_time(valid_events(parsed, since, until), fetch_max_wait_ms)
-        tables = _answer_all(spark, events, out, slowest, stage)
+        other = events.where(F.col("event") != "request").persist(StorageLevel.MEMORY_ONLY)
+        grain = request_grain(events).persist(StorageLevel.MEMORY_ONLY)
+        cached += [other, grain]
+        # Filled once each before the table jobs run at once (they would all compute them).
+        groups = grain.count()
+        other.count()
+        stage(f"requests aggregated once ({groups} broker x client x API x error groups)")
+        tables = _answer_all(spark, Inputs(events, other, grain), out, slowest, stage)
     finally:
+        for frame in cached:
+            frame.unpersist()
         shutil.rmtree(store, ignore_errors=True)
     jobs = _job_count(spark) - jobs_before
 

@@ -35,8 +35,13 @@ _KEPT_CHARS = 8192
 WRONG_TYPE = "wrong type"
 
 
-def read_logs(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+def read_logs(spark: SparkSession, files: Sequence[str],
+              columns: Sequence[str] | None = None) -> DataFrame:
     """Every line of ``files`` under the declared schema, plus ``ts`` and why it is unusable.
+
+    With ``columns``, only those fields (plus ``timestamp``, ``event`` and the required fields)
+    are parsed and type-checked: a wrongly typed field outside them goes unnoticed (the line
+    stays usable), which is what ``trio_broker analyze`` does for speed (docs/decisions.md).
 
     The text is read once by the JVM (``spark.read.text``; gzip included) and parsed with
     ``from_json`` against the schema built from events.py, so nothing runs in Python per line.
@@ -50,7 +55,7 @@ def read_logs(spark: SparkSession, files: Sequence[str]) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    schema = log_schema()
+    schema = log_schema(only=columns)
     text = spark.read.text(list(files))
     raw = text.select(
         F.col("_metadata.file_path").alias(FILE), F.col("_metadata.file_block_start").alias(BLOCK),

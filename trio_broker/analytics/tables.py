@@ -20,12 +20,19 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 STAGES = ("request_queue_ms", "local_ms", "remote_ms", "throttle_ms", "response_queue_ms",
           "send_ms")
 PERCENTILES = (0.5, 0.95, 0.99)
-#: ``percentile_approx`` accuracy of every percentile but the per-API total: the rank error is at
-#: most 1/accuracy of the group's count (0.01%).
+#: ``percentile_approx`` accuracy of the per-minute percentiles (``request_queue_by_minute``):
+#: the rank error is at most 1/accuracy of the group's count (0.01%).
 _PERCENTILE_ACCURACY = 10_000
-#: Accuracy of the headline p50/p95/p99 of ``total_ms`` per API: exact (nearest rank) up to a
-#: million requests per API, rank error under n/1,000,000 beyond.
-HEADLINE_ACCURACY = 1_000_000
+#: k of the KLL sketches (``kll_sketch_agg_double``) behind the per-API stage and service-time
+#: percentiles and the per-client ones: exact while a group holds at most k values, beyond that
+#: a rank error of about :data:`KLL_RANK_ERROR` of the group's count (DataSketches' bound,
+#: 99% confidence). Each sketch keeps about k values: 8 KB per sketch per group and task.
+KLL_K = 1000
+#: DataSketches' normalised rank error of a KLL doubles sketch of :data:`KLL_K` (one quantile).
+KLL_RANK_ERROR = 2.296 / KLL_K**0.9723
+#: The headline p50/p95/p99 of ``total_ms`` per API are exact: ``percentile_disc``, the nearest
+#: rank (what the plain-Python baseline computes).
+HEADLINE_METHOD = "exact (percentile_disc, nearest rank)"
 #: Stand-in for a Fetch's max wait, which the request line does not carry: Kafka consumers'
 #: default ``fetch.max.wait.ms``.
 DEFAULT_FETCH_MAX_WAIT_MS = 500.0
@@ -237,15 +244,66 @@ def _is_error() -> Column:
     return F.coalesce(F.col("error"), F.lit("NONE")).isin(*_NO_ERROR) == F.lit(False)
 
 
-def _latency_aggregates(accuracy: int = _PERCENTILE_ACCURACY) -> list[Column]:
+#: The request-time columns the request tables summarise, with a KLL sketch each in
+#: :func:`request_grain`.
+LATENCY_COLUMNS = ("total_ms", "service_ms", *STAGES)
+#: ``lgConfigK`` of the HyperLogLog sketches counting each client's distinct connections.
+_HLL_LG_K = 14
+
+
+def request_grain(events: DataFrame) -> DataFrame:
+    """The request lines aggregated once, per broker, client id, API and error code: counts,
+    bytes, sums and maxima of every time, first and last time, throttled requests, the client's
+    software, a KLL sketch per time column (:data:`KLL_K`) and a HyperLogLog sketch of the
+    connection ids. Every per-API, per-client and per-error table is merged from these rows
+    (a few hundred, cached), so the request lines are aggregated once for all of them."""
     from pyspark.sql import functions as F
 
-    aggregates = [F.count(F.lit(1)).alias("requests"),
-                  F.try_sum(_is_error().cast("long")).alias("errors")]
+    throttled = F.col("throttle_ms") > 0
+    aggregates: list[Column] = [
+        F.count(F.lit(1)).alias("requests"),
+        F.try_sum("request_bytes").alias("request_bytes"),
+        F.try_sum("response_bytes").alias("response_bytes"),
+        F.sum("expected_wait_ms").alias("sum_expected_wait_ms"),
+        F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"),
+        F.count(F.when(throttled, 1)).alias("throttled_requests"),
+        F.sum(F.when(throttled, F.col("throttle_ms"))).alias("request_throttle_ms"),
+        F.hll_sketch_agg(F.col("connection_id"), _HLL_LG_K).alias("_hll_connections"),
+        F.first("client_software_name", ignorenulls=True).alias("client_software_name"),
+        F.first("client_software_version", ignorenulls=True).alias("client_software_version"),
+    ]
+    for column in LATENCY_COLUMNS:
+        aggregates += [F.kll_sketch_agg_double(F.col(column), KLL_K).alias(f"_kll_{column}"),
+                       F.max(column).alias(f"max_{column}"),
+                       F.sum(column).alias(f"_sum_{column}")]
+    return _of(events, "request").groupBy("broker", "client_id", "api", "error") \
+        .agg(*aggregates)
+
+
+def _errors() -> Column:
+    """Failed requests of a :func:`request_grain` row (its error code is not success)."""
+    from pyspark.sql import functions as F
+
+    return F.when(_is_error(), F.col("requests")).otherwise(F.lit(0))
+
+
+def _merged_percentiles(column: str) -> Column:
+    from pyspark.sql import functions as F
+
+    merged = F.kll_merge_agg_double(F.col(f"_kll_{column}"))
+    ranks = F.array(*(F.lit(p) for p in PERCENTILES))
+    # An all-null group's sketch is empty: its percentiles are null, as percentile_approx's.
+    return F.when(F.kll_sketch_get_n_double(merged) > 0,
+                  F.kll_sketch_get_quantile_double(merged, ranks))
+
+
+def _latency_aggregates() -> list[Column]:
+    from pyspark.sql import functions as F
+
+    aggregates = [F.sum("requests").alias("requests"), F.sum(_errors()).alias("errors")]
     for column in ("total_ms", "service_ms"):
-        aggregates.append(F.percentile_approx(column, list(PERCENTILES), accuracy)
-                          .alias(f"_pct_{column}"))
-        aggregates.append(F.max(column).alias(f"max_{column}"))
+        aggregates.append(_merged_percentiles(column).alias(f"_pct_{column}"))
+        aggregates.append(F.max(f"max_{column}").alias(f"max_{column}"))
     return aggregates
 
 
@@ -261,43 +319,50 @@ def _latency_columns() -> list[Column]:
     return columns
 
 
-def latency_by_api(events: DataFrame) -> DataFrame:
+def headline_percentiles(events: DataFrame) -> DataFrame:
+    """Per API: the exact p50/p95/p99 of ``total_ms`` (nearest rank, ``percentile_disc``), in
+    ``_pct_total_ms``."""
+    from pyspark.sql import functions as F
+
+    exact = [F.expr(f"percentile_disc({pct}) WITHIN GROUP (ORDER BY total_ms)")
+             for pct in PERCENTILES]
+    return (_of(events, "request").groupBy("api")
+            .agg(F.array(*exact).alias("_pct_total_ms")))
+
+
+def latency_by_api(grain: DataFrame, headline: DataFrame) -> DataFrame:
     """Per API: count, errors, p50/p95/p99/max of ``total_ms``, and the same for every stage.
 
     ``<stage>_share`` is the stage's part of the API's summed total time, which says where the
-    time goes when the percentiles alone do not. ``total_ms`` percentiles use an accuracy of
-    :data:`HEADLINE_ACCURACY` (exact up to that many requests per API); ``service_ms`` (total
-    minus expected waits) and the stages use :data:`_PERCENTILE_ACCURACY`.
+    time goes when the percentiles alone do not. ``total_ms`` percentiles are exact
+    (``headline``, from :func:`headline_percentiles`); ``service_ms`` (total minus expected
+    waits) and the stages are merged from the KLL sketches of ``grain`` (:data:`KLL_K`).
     """
     from pyspark.sql import functions as F
 
     aggregates: list[Column] = [
-        F.count(F.lit(1)).alias("requests"),
-        F.try_sum(_is_error().cast("long")).alias("errors"),
+        F.sum("requests").alias("requests"),
+        F.sum(_errors()).alias("errors"),
         F.try_sum("request_bytes").alias("request_bytes"),
         F.try_sum("response_bytes").alias("response_bytes"),
-        F.sum("total_ms").alias("sum_total_ms"),
-        F.percentile_approx("service_ms", list(PERCENTILES), _PERCENTILE_ACCURACY)
-        .alias("_pct_service_ms"),
-        F.max("service_ms").alias("max_service_ms"),
-        F.sum("expected_wait_ms").alias("sum_expected_wait_ms"),
+        F.sum("_sum_total_ms").alias("sum_total_ms"),
+        F.sum("sum_expected_wait_ms").alias("sum_expected_wait_ms"),
     ]
-    for column in ("total_ms", *STAGES):
-        accuracy = HEADLINE_ACCURACY if column == "total_ms" else _PERCENTILE_ACCURACY
-        aggregates.append(F.percentile_approx(column, list(PERCENTILES), accuracy)
-                          .alias(f"_pct_{column}"))
-        aggregates.append(F.max(column).alias(f"max_{column}"))
+    for column in LATENCY_COLUMNS:
         if column != "total_ms":
-            aggregates.append(F.sum(column).alias(f"_sum_{column}"))
-    grouped = _of(events, "request").groupBy("api").agg(*aggregates)
+            aggregates.append(_merged_percentiles(column).alias(f"_pct_{column}"))
+        aggregates.append(F.max(f"max_{column}").alias(f"max_{column}"))
+        if column in STAGES:
+            aggregates.append(F.sum(f"_sum_{column}").alias(f"_sum_{column}"))
+    grouped = grain.groupBy("api").agg(*aggregates).join(headline, "api", "left")
     columns: list[Column] = [F.col("api"), F.col("requests"), F.col("errors"),
                              F.col("request_bytes"), F.col("response_bytes")]
-    for column in ("total_ms", "service_ms", *STAGES):
+    for column in LATENCY_COLUMNS:
         short = column.removesuffix("_ms")
         for index, pct in enumerate(PERCENTILES):
             columns.append(F.col(f"_pct_{column}")[index].alias(f"p{_pct_label(pct)}_{short}_ms"))
         columns.append(F.col(f"max_{column}"))
-        if column not in ("total_ms", "service_ms"):
+        if column in STAGES:
             columns.append(F.when(F.col("sum_total_ms") > 0,
                                   F.col(f"_sum_{column}") / F.col("sum_total_ms"))
                            .alias(f"{short}_share"))
@@ -305,34 +370,35 @@ def latency_by_api(events: DataFrame) -> DataFrame:
     return grouped.select(*columns).orderBy(F.desc("requests"), F.asc_nulls_last("api"))
 
 
-def latency_by_client(events: DataFrame) -> DataFrame:
-    """Per client id: requests, errors, p50/p95/p99/max of total and service time."""
+def latency_by_client(grain: DataFrame) -> DataFrame:
+    """Per client id: requests, errors, p50/p95/p99/max of total and service time (merged
+    from the KLL sketches of :func:`request_grain`)."""
     from pyspark.sql import functions as F
 
-    return (_of(events, "request").groupBy("client_id").agg(*_latency_aggregates())
+    return (grain.groupBy("client_id").agg(*_latency_aggregates())
             .select("client_id", *_latency_columns())
             .orderBy(F.desc("p99_service_ms"), F.asc_nulls_last("client_id")))
 
 
-def latency_by_client_api(events: DataFrame) -> DataFrame:
+def latency_by_client_api(grain: DataFrame) -> DataFrame:
     """Per client id and API: requests, errors, p50/p95/p99/max of total and service time."""
     from pyspark.sql import functions as F
 
-    return (_of(events, "request").groupBy("client_id", "api").agg(*_latency_aggregates())
+    return (grain.groupBy("client_id", "api").agg(*_latency_aggregates())
             .select("client_id", "api", *_latency_columns())
             .orderBy(F.desc("p99_service_ms"), F.asc_nulls_last("client_id"),
                      F.asc_nulls_last("api")))
 
 
-def errors_by_code(events: DataFrame) -> DataFrame:
+def errors_by_code(grain: DataFrame) -> DataFrame:
     """Failed requests by API and error code, with how many clients saw each, first and last."""
     from pyspark.sql import functions as F
 
-    return (_of(events, "request").where(_is_error())
+    return (grain.where(_is_error())
             .groupBy("api", "error")
-            .agg(F.count(F.lit(1)).alias("count"),
+            .agg(F.sum("requests").alias("count"),
                  F.countDistinct("client_id").alias("clients"),
-                 F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"))
+                 F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen"))
             .orderBy(F.desc("count"), F.asc_nulls_last("api"), F.asc_nulls_last("error")))
 
 
@@ -407,42 +473,43 @@ def slowest_requests(events: DataFrame, limit: int = 50) -> DataFrame:
             .limit(limit))
 
 
-#: Relative standard deviation of ``top_clients``' count of distinct connections per client
-#: (``approx_count_distinct``): 1%, so about 95% of counts are within 2% of the exact one.
-CONNECTIONS_RSD = 0.01
+#: Relative standard error of ``top_clients``' count of distinct connections per client
+#: (HyperLogLog, ``lgConfigK`` 14): 0.8%, so about 95% of counts are within 1.6% of the exact one.
+CONNECTIONS_RSD = 1.04 / 2 ** (_HLL_LG_K / 2)
 
 
-def top_clients(events: DataFrame) -> DataFrame:
+def top_clients(grain: DataFrame) -> DataFrame:
     """Every client id by requests (then bytes), with the bytes it sent and received and its
     number of distinct connections (approximate: :data:`CONNECTIONS_RSD`)."""
     from pyspark.sql import functions as F
 
-    return (_of(events, "request")
+    return (grain
             .groupBy("client_id")
-            .agg(F.count(F.lit(1)).alias("requests"),
+            .agg(F.sum("requests").alias("requests"),
                  F.try_sum("request_bytes").alias("request_bytes"),
                  F.try_sum("response_bytes").alias("response_bytes"),
                  F.try_add(F.coalesce(F.try_sum("request_bytes"), F.lit(0)),
                            F.coalesce(F.try_sum("response_bytes"), F.lit(0)))
                  .alias("total_bytes"),
-                 # Approximate (HyperLogLog++, CONNECTIONS_RSD): an exact distinct count
+                 # Approximate (HyperLogLog, CONNECTIONS_RSD): an exact distinct count
                  # shuffled every (client, connection) pair, a quarter of the run's time on
                  # the bench log where nearly every request has its own connection id.
-                 F.approx_count_distinct("connection_id", CONNECTIONS_RSD).alias("connections"),
+                 F.hll_sketch_estimate(F.hll_union_agg("_hll_connections")).alias("connections"),
                  F.sort_array(F.collect_set("api")).alias("apis"),
                  F.first("client_software_name", ignorenulls=True).alias("client_software_name"),
                  F.first("client_software_version", ignorenulls=True)
                  .alias("client_software_version"),
-                 F.sum("total_ms").alias("sum_total_ms"))
+                 F.sum("_sum_total_ms").alias("sum_total_ms"))
             .orderBy(F.desc("requests"), F.desc("total_bytes"), "client_id"))
 
 
-def throttled_clients(events: DataFrame) -> DataFrame:
+def throttled_clients(events: DataFrame, grain: DataFrame) -> DataFrame:
     """Clients throttled by quotas: throttle events and their throttle time, per client id,
     with the users (principal names) and the quota types (``producer_byte_rate``, ...) involved.
 
     One throttle shows twice: as a ``throttle_started`` event and as the ``throttle_ms`` of the
-    request's line; ``total_throttle_ms`` takes the larger of the two sums, never their total.
+    request's line (counted in ``grain``, :func:`request_grain`); ``total_throttle_ms`` takes
+    the larger of the two sums, never their total.
     """
     from pyspark.sql import functions as F
 
@@ -452,9 +519,9 @@ def throttled_clients(events: DataFrame) -> DataFrame:
                     F.max("throttle_ms").alias("max_throttle_ms"),
                     F.sort_array(F.collect_set("user")).alias("users"),
                     F.sort_array(F.collect_set("quota_type")).alias("quota_types")))
-    on_requests = (_of(events, "request").where(F.col("throttle_ms") > 0).groupBy("client_id")
-                   .agg(F.count(F.lit(1)).alias("throttled_requests"),
-                        F.sum("throttle_ms").alias("request_throttle_ms")))
+    on_requests = (grain.where(F.col("throttled_requests") > 0).groupBy("client_id")
+                   .agg(F.sum("throttled_requests").alias("throttled_requests"),
+                        F.sum("request_throttle_ms").alias("request_throttle_ms")))
     joined = started.join(on_requests, "client_id", "full_outer")
     total = F.greatest(F.coalesce(F.col("throttle_event_ms"), F.lit(0.0)),
                        F.coalesce(F.col("request_throttle_ms"), F.lit(0.0)))
