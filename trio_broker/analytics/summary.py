@@ -10,7 +10,6 @@ from trio_broker.observability.events import SCHEMA_VERSION
 
 from .reading import BLANK, PROBLEM, LineAccounts, _key
 from .tables import (
-    _PERCENTILE_ACCURACY,
     HEADLINE_METHOD,
     KLL_K,
     KLL_RANK_ERROR,
@@ -102,14 +101,10 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
         "unknown_events": dict(sorted(unknown.items())),
         "percentiles": {
             "latency_ms_by_api": f"p50/p95/p99 of total_ms: {HEADLINE_METHOD}",
-            "stages_and_clients": f"service_ms and stage percentiles per API, every "
-                                  f"percentile per client and client x API: KLL sketches "
-                                  f"(k={KLL_K:,}), exact up to {KLL_K:,} requests per group, "
-                                  f"beyond that a rank error of about {KLL_RANK_ERROR:.2%} "
-                                  "of the group's count",
-            "per_minute": f"percentile_approx with accuracy {_PERCENTILE_ACCURACY:,}: rank "
-                          f"error at most {1 / _PERCENTILE_ACCURACY:.2%} of the group's "
-                          "count"},
+            "other": f"every other percentile (service time and stages per API, per client, "
+                     f"per client x API, per minute): KLL sketches (k={KLL_K:,}), exact up to "
+                     f"{KLL_K:,} requests per group, beyond that a rank error of about "
+                     f"{KLL_RANK_ERROR:.2%} of the group's count"},
         "requests": sum(int(r["requests"]) for r in requests),
         "requests_by_api": {_key(r["api"]): int(r["requests"]) for r in requests},
         "errors_by_api": {_key(r["api"]): int(r["errors"]) for r in requests if r["errors"]},

@@ -20,11 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 STAGES = ("request_queue_ms", "local_ms", "remote_ms", "throttle_ms", "response_queue_ms",
           "send_ms")
 PERCENTILES = (0.5, 0.95, 0.99)
-#: ``percentile_approx`` accuracy of the per-minute percentiles (``request_queue_by_minute``):
-#: the rank error is at most 1/accuracy of the group's count (0.01%).
-_PERCENTILE_ACCURACY = 10_000
-#: k of the KLL sketches (``kll_sketch_agg_double``) behind the per-API stage and service-time
-#: percentiles and the per-client ones: exact while a group holds at most k values, beyond that
+#: k of the KLL sketches (``kll_sketch_agg_double``) behind every percentile but the headline
+#: one (per-API stages and service time, per client, per minute): exact while a group holds at most k values, beyond that
 #: a rank error of about :data:`KLL_RANK_ERROR` of the group's count (DataSketches' bound,
 #: 99% confidence). Each sketch keeps about k values: 8 KB per sketch per group and task.
 KLL_K = 1000
@@ -185,22 +182,31 @@ def mutes_by_reason(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("mutes"), "reason"))
 
 
-def request_queue_by_minute(events: DataFrame) -> DataFrame:
-    """Per minute and broker: queue time of requests, request queue size, memory pool left."""
+def _sketched(column: str, pct: float) -> Column:
+    """The ``pct`` quantile of ``column`` over a group, from a KLL sketch (:data:`KLL_K`)."""
     from pyspark.sql import functions as F
 
-    requests = (_of(events, "request")
+    sketch = F.kll_sketch_agg_double(F.col(column), KLL_K)
+    return F.when(F.kll_sketch_get_n_double(sketch) > 0,
+                  F.kll_sketch_get_quantile_double(sketch, F.lit(pct)))
+
+
+def request_queue_by_minute(requests: DataFrame, other: DataFrame) -> DataFrame:
+    """Per minute and broker: queue time of requests, request queue size, memory pool left.
+
+    ``requests`` are the request lines, ``other`` holds the ``metrics_snapshot`` lines."""
+    from pyspark.sql import functions as F
+
+    requests = (_of(requests, "request")
                 .groupBy(_minute(), "broker")
                 .agg(F.count(F.lit(1)).alias("requests"),
                      F.avg("request_queue_ms").alias("avg_request_queue_ms"),
-                     F.percentile_approx("request_queue_ms", 0.95, _PERCENTILE_ACCURACY)
-                     .alias("p95_request_queue_ms"),
+                     _sketched("request_queue_ms", 0.95).alias("p95_request_queue_ms"),
                      F.max("request_queue_ms").alias("max_request_queue_ms"),
                      F.try_sum("request_bytes").alias("request_bytes"),
                      F.try_sum(_is_error().cast("long")).alias("errors"),
-                     F.percentile_approx("service_ms", 0.99, _PERCENTILE_ACCURACY)
-                     .alias("p99_service_ms")))
-    gauges = (_of(events, "metrics_snapshot")
+                     _sketched("service_ms", 0.99).alias("p99_service_ms")))
+    gauges = (_of(other, "metrics_snapshot")
               .groupBy(_minute(), "broker")
               .agg(F.avg("request_queue_size").alias("avg_request_queue_size"),
                    F.max("request_queue_size").alias("max_request_queue_size"),
