@@ -190,8 +190,9 @@ def _tree_usage(root: int) -> dict[int, tuple[int, float]]:
         pid, ppid = int(entry), int(fields[1])
         children.setdefault(ppid, []).append(pid)
         parent[pid] = ppid
-        # vsize, start and end of code, start of stack: equal to the parent's while shared.
-        image[pid] = (fields[20], fields[23], fields[24], fields[25])
+        # Start and end of code, start of stack: the parent's while the image is shared (the
+        # size is not compared: the JVM's changes between reading the parent and the child).
+        image[pid] = (fields[23], fields[24], fields[25])
         usage[pid] = (int(fields[21]) * os.sysconf("SC_PAGE_SIZE"),
                       (int(fields[11]) + int(fields[12])) / tick)
     tree: dict[int, tuple[int, float]] = {}
