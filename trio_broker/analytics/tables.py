@@ -469,14 +469,18 @@ def slowest_requests(events: DataFrame, limit: int = 50) -> DataFrame:
     from pyspark.sql import functions as F
 
     waited = F.col("expected_wait_ms") > F.col("service_ms")
+    # Ordered and cut first: the dominant stage is then worked out for the kept rows only.
     return (_of(events, "request")
+            .select("ts", "broker", "api", "api_version", "correlation_id", "client_id",
+                    "connection_id", "error", "request_bytes", "response_bytes", "service_ms",
+                    "expected_wait_ms", "total_ms", *STAGES)
+            .orderBy(F.desc_nulls_last("service_ms"), F.desc_nulls_last("total_ms"), "ts")
+            .limit(limit)
             .select("ts", "broker", "api", "api_version", "correlation_id", "client_id",
                     "connection_id", "error", "request_bytes", "response_bytes", "service_ms",
                     "expected_wait_ms", "total_ms", *STAGES,
                     dominant_stage_column().alias("dominant_stage"),
-                    F.coalesce(waited, F.lit(False)).alias("waited"))
-            .orderBy(F.desc_nulls_last("service_ms"), F.desc_nulls_last("total_ms"), "ts")
-            .limit(limit))
+                    F.coalesce(waited, F.lit(False)).alias("waited")))
 
 
 #: Relative standard error of ``top_clients``' count of distinct connections per client
