@@ -168,9 +168,16 @@ print(json.dumps({"requests_by_api": requests, "errors_by_api": errors, "p99_by_
 
 
 def _tree_usage(root: int) -> dict[int, tuple[int, float]]:
-    """{pid: (RSS bytes, CPU seconds so far)} of ``root`` and all its descendants (/proc)."""
+    """{pid: (RSS bytes, CPU seconds so far)} of ``root`` and all its descendants (/proc).
+
+    A child that still has its parent's memory image (the JVM spawning a command: posix_spawn
+    clones the address space until the exec) reports the parent's RSS as its own: its RSS is
+    not counted (it would double the JVM's for that instant), its CPU time is.
+    """
     children: dict[int, list[int]] = {}
     usage: dict[int, tuple[int, float]] = {}
+    image: dict[int, tuple[str, ...]] = {}
+    parent: dict[int, int] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -182,6 +189,10 @@ def _tree_usage(root: int) -> dict[int, tuple[int, float]]:
             continue
         pid, ppid = int(entry), int(fields[1])
         children.setdefault(ppid, []).append(pid)
+        parent[pid] = ppid
+        # Start and end of code, start of stack: the parent's while the image is shared (the
+        # size is not compared: the JVM's changes between reading the parent and the child).
+        image[pid] = (fields[23], fields[24], fields[25])
         usage[pid] = (int(fields[21]) * os.sysconf("SC_PAGE_SIZE"),
                       (int(fields[11]) + int(fields[12])) / tick)
     tree: dict[int, tuple[int, float]] = {}
@@ -189,7 +200,10 @@ def _tree_usage(root: int) -> dict[int, tuple[int, float]]:
     while stack:
         pid = stack.pop()
         if pid in usage:
-            tree[pid] = usage[pid]
+            rss, cpu = usage[pid]
+            if pid != root and image.get(parent[pid]) == image[pid]:
+                rss = 0
+            tree[pid] = (rss, cpu)
         stack.extend(children.get(pid, []))
     return tree
 

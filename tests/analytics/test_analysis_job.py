@@ -31,7 +31,7 @@ def analysis(spark: Any, scenario_logs: list[Path],
     result = run_analysis(spark, [str(p) for p in scenario_logs], out, slowest=5,
                           progress=messages.append)
     assert messages and messages[-1].startswith("done"), messages
-    assert len(messages) == len(QUESTIONS) + 5  # a line per stage, then done
+    assert len(messages) == len(QUESTIONS) + 6  # a line per stage, then done
     return result
 
 

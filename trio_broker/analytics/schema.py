@@ -9,7 +9,7 @@ checks), plus ``_corrupt_record`` so that malformed or truncated lines are kept 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from trio_broker.observability.events import COMMON_FIELDS, EVENTS, all_fields
@@ -87,9 +87,20 @@ def _struct(fields: Mapping[str, str], *, corrupt: bool) -> StructType:
     return T.StructType(columns)
 
 
-def log_schema(*, corrupt: bool = True) -> StructType:
-    """One schema for every line: common fields, the union of event fields, ``_corrupt_record``."""
-    return _struct(union_fields(), corrupt=corrupt)
+def log_schema(*, corrupt: bool = True, only: Iterable[str] | None = None) -> StructType:
+    """One schema for every line: common fields, the union of event fields, ``_corrupt_record``.
+
+    With ``only``, just those declared fields (in declaration order) plus ``timestamp``,
+    ``event`` and every event's required fields: the JSON reader then converts and type-checks
+    only these and skips the rest of a line unconverted.
+    """
+    fields = union_fields()
+    if only is not None:
+        wanted = {"timestamp", "event", *only}
+        for spec in EVENTS.values():
+            wanted.update(spec.required)
+        fields = {name: type_name for name, type_name in fields.items() if name in wanted}
+    return _struct(fields, corrupt=corrupt)
 
 
 def event_schema(event: str) -> StructType:
