@@ -143,7 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_broker(config: BrokerConfig) -> int:
     """Run until SIGINT or SIGTERM, then shut down in order; exit status 0 on a clean stop."""
     from .observability.log import configure_logging
+    from .server.allocator import keep_large_buffers_in_heap
     from .server.app import BrokerApp
+
+    keep_large_buffers_in_heap()
 
     writer = configure_logging(
         broker_id=config.node_id, file=config.logging_file, fmt=config.logging_format,

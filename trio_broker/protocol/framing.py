@@ -76,7 +76,9 @@ class FrameDecoder:
         end = begin + size
         if end > len(self._buffer):
             return None
-        frame = bytes(self._buffer[begin:end])
+        # One copy: slicing the bytearray first would copy the payload twice.
+        with memoryview(self._buffer) as view:
+            frame = bytes(view[begin:end])
         self._start = end
         if self._start > 65536 and self._start * 2 > len(self._buffer):
             del self._buffer[: self._start]
