@@ -464,15 +464,10 @@ class Connection:
                         while data is None:
                             await trio.lowlevel.wait_readable(fd)
                             data = _read_nowait(fd)
+                    elif _yield_due():  # _read_checkpoint, written out (one coroutine less)
+                        await trio.lowlevel.checkpoint()
                     else:
-                        # _read_checkpoint, written out (one coroutine less per request)
-                        global _reads_without_yield
-                        _reads_without_yield += 1
-                        if _reads_without_yield >= READS_PER_YIELD:
-                            _reads_without_yield = 0
-                            await trio.lowlevel.checkpoint()
-                        else:
-                            await trio.lowlevel.checkpoint_if_cancelled()
+                        await trio.lowlevel.checkpoint_if_cancelled()
                 else:
                     data = await self.stream.receive_some(RECEIVE_BYTES)
             finally:
@@ -886,12 +881,19 @@ _reads_without_yield = 0
 READS_PER_YIELD = 16
 
 
-async def _read_checkpoint() -> None:
-    """The checkpoint of a read that did not wait (see :data:`READS_PER_YIELD`)."""
+def _yield_due() -> bool:
+    """Count a read that did not wait; True every :data:`READS_PER_YIELD`-th time."""
     global _reads_without_yield
     _reads_without_yield += 1
     if _reads_without_yield >= READS_PER_YIELD:
         _reads_without_yield = 0
+        return True
+    return False
+
+
+async def _read_checkpoint() -> None:
+    """The checkpoint of a read that did not wait (the reader writes it out inline)."""
+    if _yield_due():
         await trio.lowlevel.checkpoint()
     else:
         await trio.lowlevel.checkpoint_if_cancelled()

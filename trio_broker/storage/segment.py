@@ -202,12 +202,7 @@ class Segment:
         """Write already-offset-assigned batches; ``batches`` are their positions in ``data``."""
         start = self.size
         size = len(data)
-        # One write per append; a short write (a full disk, a signal) continues where it ended.
-        written = os.write(self.fd, data)
-        if written < size:
-            view = memoryview(data)
-            while written < size:
-                written += os.write(self.fd, view[written:])
+        _write_all(self.fd, data, size)
         if start == 0 and batches:
             self.roll_base_ms = batches[0][1].max_timestamp
         for position, header in batches:
@@ -228,11 +223,7 @@ class Segment:
         last offset and max timestamp: the log's path for a batch it keeps no header of."""
         start = self.size
         size = len(data)
-        written = os.write(self.fd, data)
-        if written < size:
-            view = memoryview(data)
-            while written < size:
-                written += os.write(self.fd, view[written:])
+        _write_all(self.fd, data, size)
         if start == 0:
             self.roll_base_ms = max_timestamp
         if max_timestamp > self.max_timestamp:
@@ -491,3 +482,12 @@ class SegmentRegion(FileRegion):
         # A response dropped without an explicit release (e.g. a throttled fetch's first
         # answer) must not leak the descriptor.
         self.release()
+
+
+def _write_all(fd: int, data: bytes | bytearray, size: int) -> None:
+    """One write per append; a short write (a full disk, a signal) continues where it ended."""
+    written = os.write(fd, data)
+    if written < size:
+        view = memoryview(data)
+        while written < size:
+            written += os.write(fd, view[written:])
