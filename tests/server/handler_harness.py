@@ -16,9 +16,10 @@ from trio_broker.protocol.codec import (
     decode_response,
     encode_request,
     encode_response,
+    frame_response,
 )
 from trio_broker.server.broker import Broker
-from trio_broker.server.context import ConnectionInfo, Parked, RequestContext
+from trio_broker.server.context import ConnectionInfo, EncodedBody, Parked, RequestContext
 from trio_broker.server.registry import handlers, supported_versions
 from trio_broker.storage import LogManager
 
@@ -50,8 +51,13 @@ async def send(broker: Broker, api_key: int, version: int, body: Any) -> tuple[A
 
 
 def wire(request: Any, api_key: int, version: int, body: Any) -> Any:
-    """The response ``body`` as a client decodes it off the wire."""
-    return decode_response(api_key, version, encode_response(request, body)[4:])[1]
+    """The response ``body`` as a client decodes it off the wire (a pre-encoded one as the
+    handler pool frames it)."""
+    if isinstance(body, EncodedBody):
+        frame = body.payload if body.framed else frame_response(request, body.payload, False)
+    else:
+        frame = encode_response(request, body)
+    return decode_response(api_key, version, frame[4:])[1]
 
 
 async def call(broker: Broker, api_key: int, version: int, body: Any) -> Any:

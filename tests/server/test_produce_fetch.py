@@ -24,6 +24,7 @@ from trio_broker.server.broker import Broker
 from trio_broker.server.context import (
     NO_RESPONSE,
     CloseConnection,
+    EncodedBody,
     Parked,
 )
 from trio_broker.storage.log import now_ms
@@ -227,3 +228,27 @@ async def test_offset_for_leader_epoch(broker: Broker) -> None:
     ok, missing = got.topics[0].partitions
     assert (ok.error_code, ok.leader_epoch, ok.end_offset) == (ErrorCode.none, 0, 2)
     assert missing.error_code is ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize("version", [8, 9, 12])
+async def test_the_usual_answer_is_framed_directly_and_reads_the_same(broker: Broker,
+                                                                     version: int) -> None:
+    """One topic with one partition at v9+ comes back as a ready frame; other shapes and
+    versions as a response object. Both read the same off the wire."""
+    request, result = await send(broker, PRODUCE, version,
+                                 produce_body(version, {("t", 0): batch(b"a")}))
+    assert isinstance(result, EncodedBody) == (version >= 9)
+    if version >= 9:
+        assert result.framed and result.error == "NONE"
+    answer = wire(request, PRODUCE, version, result)
+    part = answer.responses[0].partition_responses[0]
+    assert (answer.responses[0].name, part.index, part.error_code) == ("t", 0, ErrorCode.none)
+    request, result = await send(broker, PRODUCE, version,
+                                 produce_body(version, {("nope", 0): batch(b"x")}))
+    if version >= 9:
+        assert result.error == "UNKNOWN_TOPIC_OR_PARTITION"
+    part = wire(request, PRODUCE, version, result).responses[0].partition_responses[0]
+    assert part.error_code is ErrorCode.unknown_topic_or_partition and part.base_offset == -1
+    _, result = await send(broker, PRODUCE, version,
+                           produce_body(version, {("t", 0): batch(b"b"), ("t", 1): batch(b"c")}))
+    assert not isinstance(result, EncodedBody)

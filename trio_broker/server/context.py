@@ -53,10 +53,14 @@ class Parked:
 
 @attrs.frozen
 class EncodedBody:
-    """A response body a handler has already encoded (and cached): the pool sends it as is."""
+    """A response body a handler has already encoded (and cached): the pool sends it as is.
+
+    ``framed``: ``payload`` is the whole frame (size and response header included).
+    """
 
     payload: bytes
     error: str = "NONE"
+    framed: bool = False
 
 
 class _NoResponse:

@@ -239,9 +239,10 @@ class RequestHandlerPool:
             self._finish(request, ResponseAction.NOOP, throttle_ms=ctx.throttle_ms,
                          throttle_quota=ctx.throttle_quota)
         elif isinstance(body, EncodedBody):
-            # ApiVersions is the only pre-encoded answer, and it always uses header v0.
+            # Pre-encoded: ApiVersions (header v0 always) and the usual Produce answer (framed).
             self._finish(request, ResponseAction.SEND,
-                         frame_response(request.decoded, body.payload, False),
+                         body.payload if body.framed
+                         else frame_response(request.decoded, body.payload, False),
                          error=body.error, throttle_ms=ctx.throttle_ms,
                          throttle_quota=ctx.throttle_quota)
         else:

@@ -14,8 +14,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol import records as rb
+from ...protocol.produce_response import DIRECT_VERSIONS, produce_response_frame
 from ..acl import AclOperation, ResourceType
-from ..context import NO_RESPONSE, CloseConnection, RequestContext
+from ..context import NO_RESPONSE, CloseConnection, EncodedBody, RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, is_internal_topic, response_module, throttle
 
@@ -148,7 +149,6 @@ _MAKERS: dict[int, tuple[Any, Any, Any]] = {}
 @api_handler(PRODUCE, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     """Append every partition's records; one result per partition, in request order."""
-    response_cls, topic_cls, make_partition = _makers(ctx.request.api_version)
     broker = ctx.broker
     lm = broker.log_manager
     acks = int(body.acks)
@@ -157,13 +157,14 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     id_denied = transactional_id is not None and not ctx.authorize(
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     failed = False
-    topics = []
+    # (name, [(index, code, message, base offset, append time, log start)]) per topic.
+    topics: list[tuple[str, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
     for topic in body.topic_data:
         name = topic.name
         topic_denied = not id_denied and not ctx.authorize(
             AclOperation.WRITE, ResourceType.TOPIC, name)
         info = lm.topics.get(name) if lm is not None else None
-        partitions = []
+        partitions: list[tuple[int, ErrorCode, str | None, int, int, int]] = []
         for data in topic.partition_data:
             index = int(data.index)
             result: tuple[ErrorCode, str | None, int, int, int]
@@ -183,12 +184,10 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                           f"Cannot append to internal topic {name}", -1, -1, -1)
             else:
                 result = await _append_one(ctx, name, index, data.records, transactional_id)
-            code, message, base, append_time, start = result
-            if code is not ErrorCode.none:
+            if result[0] is not ErrorCode.none:
                 failed = True
-            partitions.append(make_partition(index, code, base, _append_time(append_time),
-                                             start, message))
-        topics.append(topic_cls(name=name, partition_responses=tuple(partitions)))
+            partitions.append((index, *result))
+        topics.append((name, partitions))
     quotas = broker.client_quotas
     if quotas is not None:
         # Kafka charges the whole request once it is appended; the data is never dropped.
@@ -198,5 +197,23 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
             raise CloseConnection("acks=0 produce request failed on at least one partition")
         return NO_RESPONSE
     throttle_ms = ctx.throttle_ms
-    return response_cls(responses=tuple(topics),
-                        throttle_time=throttle(ctx) if throttle_ms else _NO_THROTTLE)
+    request = ctx.request
+    if (len(topics) == 1 and len(topics[0][1]) == 1 and not throttle_ms
+            and request.api_version in DIRECT_VERSIONS
+            and (quotas is None or not quotas.managers.request.enabled)):
+        # The usual answer, framed directly. Not throttled, and no request_percentage quota
+        # can throttle it after the handler (HandlerPool._apply_quotas fills the throttle
+        # time into a response object), so it is complete as it stands.
+        name, ((index, code, message, base, append_time, start),) = topics[0]
+        return EncodedBody(
+            produce_response_frame(request.correlation_id, name, index, code.value, message,
+                                   base, append_time, start),
+            "NONE" if code is ErrorCode.none else code.name.upper(), framed=True)
+    response_cls, topic_cls, make_partition = _makers(request.api_version)
+    return response_cls(
+        responses=tuple(
+            topic_cls(name=name, partition_responses=tuple(
+                make_partition(index, code, base, _append_time(append_time), start, message)
+                for index, code, message, base, append_time, start in partitions))
+            for name, partitions in topics),
+        throttle_time=throttle(ctx) if throttle_ms else _NO_THROTTLE)
