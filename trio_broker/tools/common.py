@@ -9,9 +9,7 @@ stderr), 1 for anything that failed after the command line was understood (one l
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
-import importlib
 import json
 import re
 import ssl
@@ -24,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from .. import __version__
 from ..config import parse_properties
-from ..protocol.codec import request_schema
+from ..protocol.client_codec import request_body
 from .admin_client import (
     SASL_MECHANISMS,
     AdminClientError,
@@ -165,16 +163,6 @@ def version_of(conn: AdminConnection, api_key: int) -> int:
     return version
 
 
-def build(api_key: int, version: int, class_name: str | None = None, **fields: Any) -> Any:
-    """A kio request body (or a nested class by name) from ``fields``; fields that version
-    lacks are left out, so one call site serves every version."""
-    cls = request_schema(api_key, version)
-    if class_name is not None:
-        cls = getattr(importlib.import_module(cls.__module__), class_name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})
-
-
 class Request:
     """Build and send requests of one API at the negotiated version."""
 
@@ -184,11 +172,11 @@ class Request:
         self.version = version_of(conn, api_key)
 
     def nested(self, class_name: str, **fields: Any) -> Any:
-        return build(self.api_key, self.version, class_name, **fields)
+        return request_body(self.api_key, self.version, class_name, **fields)
 
     def send(self, **fields: Any) -> Any:
         return self.conn.send(self.api_key, self.version,
-                              build(self.api_key, self.version, **fields))
+                              request_body(self.api_key, self.version, **fields))
 
 
 def usage_if_empty(args: Sequence[str], parser: argparse.ArgumentParser, description: str,
