@@ -206,15 +206,8 @@ class Segment:
         if start == 0 and batches:
             self.roll_base_ms = batches[0][1].max_timestamp
         for position, header in batches:
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-                self.offset_of_max_timestamp = header.last_offset
-            # Index entries only every index.interval.bytes, as Kafka's LogSegment.append.
-            if self.bytes_since_index > self.index_interval_bytes:
-                self.offset_index.append(header.last_offset, start + position)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self.bytes_since_index = 0
-            self.bytes_since_index += header.batch_length + rb.LOG_OVERHEAD
+            self._appended(start + position, header.last_offset, header.max_timestamp,
+                           header.batch_length + rb.LOG_OVERHEAD)
         self.size = start + size
         self.next_offset = batches[-1][1].next_offset
 
@@ -226,16 +219,22 @@ class Segment:
         _write_all(self.fd, data, size)
         if start == 0:
             self.roll_base_ms = max_timestamp
+        self._appended(start, last_offset, max_timestamp, size)
+        self.size = start + size
+        self.next_offset = last_offset + 1
+
+    def _appended(self, position: int, last_offset: int, max_timestamp: int, length: int
+                  ) -> None:
+        """Account for one batch written at ``position``: the max timestamp, and an index
+        entry only every index.interval.bytes, as Kafka's LogSegment.append."""
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = last_offset
         if self.bytes_since_index > self.index_interval_bytes:
-            self.offset_index.append(last_offset, start)
+            self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_index = 0
-        self.bytes_since_index += size
-        self.size = start + size
-        self.next_offset = last_offset + 1
+        self.bytes_since_index += length
 
     def on_inactive(self) -> None:
         """The segment was rolled: record its final max timestamp in the time index."""
