@@ -212,8 +212,11 @@ class Connection:
 
     def wake(self) -> None:
         """Called when one of this connection's responses is ready."""
-        if self._response_lot is not None:
-            self._response_lot.unpark_all()
+        # Only a writer with nothing pending parks here (it waits on the oldest request's
+        # event otherwise): ``unpark_all`` builds its lists even when nobody waits.
+        lot = self._response_lot
+        if lot:
+            lot.unpark_all()
 
     async def run(self) -> None:
         info = self.info
@@ -348,7 +351,12 @@ class Connection:
                 self._mute.mute()
                 self._mute.handle(MuteEvent.REQUEST_RECEIVED)
             try:
-                await channel.send(request, inline=self._serial)
+                # Inline when the pool is idle, pipelining too: the reader and the handlers
+                # share one thread, so an inline handler (it waits for nothing but the disk)
+                # holds the reader no longer than a handler task would hold the loop, and a
+                # run of pipelined requests is handled without two task switches each; the
+                # writer then sends their responses in one write (docs/decisions.md).
+                await channel.send(request, inline=True)
             except BaseException:
                 # Never enqueued: nobody else will release its memory or answer it.
                 self._pending.remove(request)

@@ -172,8 +172,8 @@ class RequestChannel:
     async def send(self, request: Request, *, inline: bool = False) -> None:
         """Queue ``request`` for the handlers, or (``inline``) have it handled in this task.
 
-        ``inline`` is for a sender that would only wait for the answer anyway (a connection
-        with one request in flight). When nothing is queued and a handler is idle, queueing
+        ``inline`` is for a connection's reader (one request in flight, or pipelining: the
+        handler would run on the same thread before the reader read on anyway). When nothing is queued and a handler is idle, queueing
         would only hand the request to that handler: two task switches (docs/decisions.md,
         "inline handling"). The request is then handled in the sender's task instead, counted
         as one of the pool's handlers, so ``num.io.threads`` still bounds the requests handled
