@@ -319,7 +319,9 @@ class Connection:
         while True:
             if not self._may_read_now():
                 await self._wait_until_readable()
-            frame = await self._read_frame()
+            frame = self._buffered_frame()
+            if frame is None:
+                frame = await self._read_frame()
             if frame is None:
                 return "client", self._eof or "end of stream"
             if self._throttle_deadline and self._throttle_deadline > trio.current_time():
@@ -432,6 +434,20 @@ class Connection:
         if self._max_inflight > 1:
             emit("connection_unmuted", reason=reason,
                  muted_ms=round((trio.current_time() - since) * 1000, 3))
+
+    def _buffered_frame(self) -> bytes | None:
+        """The next frame when it is already buffered and the memory pool has room for it
+        (a pipelining client's usual case), else None: :meth:`_read_frame` without a
+        coroutine. Reserves the frame's memory as :meth:`_read_frame` does."""
+        decoder = self._decoder
+        size = decoder.pending_size()
+        if size is None:
+            return None
+        if not self._frame_reserved:
+            if not self._server.memory_pool.try_allocate(size):
+                return None  # _read_frame waits for the pool
+            self._frame_reserved = size if size > 0 else 0
+        return decoder.take(size)
 
     async def _read_frame(self) -> bytes | None:
         decoder = self._decoder
