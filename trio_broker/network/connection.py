@@ -190,7 +190,7 @@ class Connection:
     @property
     def ready_responses(self) -> int:
         """Responses completed by handlers and not yet sent (ResponseQueueSize)."""
-        return sum(1 for request in self._pending if request.slot.ready.is_set())
+        return sum(1 for request in self._pending if request.slot.done)
 
     @property
     def requests_in_flight(self) -> int:
@@ -268,7 +268,7 @@ class Connection:
             # metrics for responses to closed channels). Unanswered ones are counted by the
             # handler pool when they complete.
             if self._pending:
-                self._drop([r for r in self._pending if r.slot.ready.is_set()])
+                self._drop([r for r in self._pending if r.slot.done])
             self._release_frame_memory()
             # Synchronous close: an await here would re-raise a pending cancellation and
             # skip the bookkeeping below.
@@ -606,16 +606,16 @@ class Connection:
                 if not pending:
                     self._server.connection_progressed()
                 return
-        while not pending or not pending[0].slot.ready.is_set():
+        while not pending or not pending[0].slot.done:
             if pending:
-                await pending[0].slot.ready.wait()
+                await pending[0].slot.wait()
             else:
                 assert self._response_lot is not None  # a serial connection has a request here
                 await self._response_lot.park()
         # The batch stays in ``pending`` until it is sent: a response being written is still in
         # flight (the shutdown drain waits for it).
         count = 1
-        while count < len(pending) and pending[count].slot.ready.is_set():
+        while count < len(pending) and pending[count].slot.done:
             count += 1
         batch = pending[:count]
         dequeued = time.perf_counter_ns()
