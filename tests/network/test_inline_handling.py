@@ -1,5 +1,5 @@
-"""Inline handling: a connection with one request in flight may run a cheap request's handler
-in its own task when a handler is idle; ``num.io.threads`` still bounds the requests handled at
+"""Inline handling: a connection (one request in flight or pipelining) may run a cheap
+request's handler in its own task when a handler is idle; ``num.io.threads`` still bounds the requests handled at
 once (docs/decisions.md, "inline handling")."""
 
 from __future__ import annotations
@@ -65,12 +65,13 @@ async def test_lent_handler_bounds_requests_handled_at_once(
     await wait_for(lambda: pool.idle_ratio == 1)
 
 
-async def test_pipelined_and_non_inline_requests_go_through_the_channel(
+async def test_non_inline_requests_go_through_the_channel_pipelined_or_not(
         start_broker: Any, monkeypatch: pytest.MonkeyPatch,
         autojump_clock: trio.testing.MockClock) -> None:
-    """A pipelining connection never handles inline (it must keep reading while a handler
-    waits), nor does any connection for an API whose handler may wait."""
-    for inflight, inline in (("4", True), ("1", False)):
+    """An API whose handler may wait is always handed to a handler task; an inline API is
+    handled in the connection's task with one request in flight and when pipelining (the
+    reader of a pipelining connection then reads on once the handler returns)."""
+    for inflight, inline in (("4", True), ("4", False), ("1", False), ("1", True)):
         handler = recording(monkeypatch, inline=inline)
         running = await start_broker({"connection.max.inflight.requests": inflight})
         client = await WireClient.connect(running.port)
@@ -78,4 +79,29 @@ async def test_pipelined_and_non_inline_requests_go_through_the_channel(
         await wait_for(lambda tasks=handler.tasks: len(tasks) == 1)  # type: ignore[misc]
         handler.release.set()
         assert (await client.receive())[0] == 1
-        assert handler.tasks[0].startswith("data-plane-handler-"), (inflight, inline)
+        in_handler = handler.tasks[0].startswith("data-plane-handler-")
+        assert in_handler is not inline, (inflight, inline, handler.tasks)
+
+
+async def test_a_pipelining_connection_queues_behind_a_busy_pool(
+        start_broker: Any, monkeypatch: pytest.MonkeyPatch,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """num.io.threads=1, pipelining: the first inline request holds the only handler, so the
+    second connection's request goes through the channel and waits; answers stay in order."""
+    handler = recording(monkeypatch, inline=True)
+    running = await start_broker({"num.io.threads": "1",
+                                  "connection.max.inflight.requests": "4"})
+    first = await WireClient.connect(running.port)
+    second = await WireClient.connect(running.port)
+    try:
+        await first.send(METADATA, 12, METADATA_ALL_V12)
+        await wait_for(lambda: len(handler.tasks) == 1)
+        assert "handler" not in handler.tasks[0]
+        await second.send(METADATA, 12, METADATA_ALL_V12)
+        await trio.sleep(1)
+        assert len(handler.tasks) == 1
+    finally:
+        handler.release.set()
+    assert (await first.receive())[0] == 1
+    assert (await second.receive())[0] == 1
+    assert handler.tasks[1] == "data-plane-handler-0"

@@ -190,7 +190,7 @@ class Connection:
     @property
     def ready_responses(self) -> int:
         """Responses completed by handlers and not yet sent (ResponseQueueSize)."""
-        return sum(1 for request in self._pending if request.slot.ready.is_set())
+        return sum(1 for request in self._pending if request.slot.done)
 
     @property
     def requests_in_flight(self) -> int:
@@ -212,8 +212,11 @@ class Connection:
 
     def wake(self) -> None:
         """Called when one of this connection's responses is ready."""
-        if self._response_lot is not None:
-            self._response_lot.unpark_all()
+        # Only a writer with nothing pending parks here (it waits on the oldest request's
+        # event otherwise): ``unpark_all`` builds its lists even when nobody waits.
+        lot = self._response_lot
+        if lot:
+            lot.unpark_all()
 
     async def run(self) -> None:
         info = self.info
@@ -265,7 +268,7 @@ class Connection:
             # metrics for responses to closed channels). Unanswered ones are counted by the
             # handler pool when they complete.
             if self._pending:
-                self._drop([r for r in self._pending if r.slot.ready.is_set()])
+                self._drop([r for r in self._pending if r.slot.done])
             self._release_frame_memory()
             # Synchronous close: an await here would re-raise a pending cancellation and
             # skip the bookkeeping below.
@@ -316,7 +319,9 @@ class Connection:
         while True:
             if not self._may_read_now():
                 await self._wait_until_readable()
-            frame = await self._read_frame()
+            frame = self._buffered_frame()
+            if frame is None:
+                frame = await self._read_frame()
             if frame is None:
                 return "client", self._eof or "end of stream"
             if self._throttle_deadline and self._throttle_deadline > trio.current_time():
@@ -348,7 +353,12 @@ class Connection:
                 self._mute.mute()
                 self._mute.handle(MuteEvent.REQUEST_RECEIVED)
             try:
-                await channel.send(request, inline=self._serial)
+                # Inline when the pool is idle, pipelining too: the reader and the handlers
+                # share one thread, so an inline handler (it waits for nothing but the disk)
+                # holds the reader no longer than a handler task would hold the loop, and a
+                # run of pipelined requests is handled without two task switches each; the
+                # writer then sends their responses in one write (docs/decisions.md).
+                await channel.send(request, inline=True)
             except BaseException:
                 # Never enqueued: nobody else will release its memory or answer it.
                 self._pending.remove(request)
@@ -424,6 +434,20 @@ class Connection:
         if self._max_inflight > 1:
             emit("connection_unmuted", reason=reason,
                  muted_ms=round((trio.current_time() - since) * 1000, 3))
+
+    def _buffered_frame(self) -> bytes | None:
+        """The next frame when it is already buffered and the memory pool has room for it
+        (a pipelining client's usual case), else None: :meth:`_read_frame` without a
+        coroutine. Reserves the frame's memory as :meth:`_read_frame` does."""
+        decoder = self._decoder
+        size = decoder.pending_size()
+        if size is None:
+            return None
+        if not self._frame_reserved:
+            if not self._server.memory_pool.try_allocate(size):
+                return None  # _read_frame waits for the pool
+            self._frame_reserved = size if size > 0 else 0
+        return decoder.take(size)
 
     async def _read_frame(self) -> bytes | None:
         decoder = self._decoder
@@ -582,16 +606,16 @@ class Connection:
                 if not pending:
                     self._server.connection_progressed()
                 return
-        while not pending or not pending[0].slot.ready.is_set():
+        while not pending or not pending[0].slot.done:
             if pending:
-                await pending[0].slot.ready.wait()
+                await pending[0].slot.wait()
             else:
                 assert self._response_lot is not None  # a serial connection has a request here
                 await self._response_lot.park()
         # The batch stays in ``pending`` until it is sent: a response being written is still in
         # flight (the shutdown drain waits for it).
         count = 1
-        while count < len(pending) and pending[count].slot.ready.is_set():
+        while count < len(pending) and pending[count].slot.done:
             count += 1
         batch = pending[:count]
         dequeued = time.perf_counter_ns()

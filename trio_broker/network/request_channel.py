@@ -68,7 +68,11 @@ class ResponseAction(enum.Enum):
 class ResponseSlot:
     """Where a handler leaves the response of one request; the connection sends it in order."""
 
-    ready: trio.Event = attrs.field(factory=trio.Event)
+    #: True once a handler has completed the slot.
+    done: bool = False
+    #: Created only when the connection waits for the slot (a flag otherwise: one object less
+    #: per request, and most slots are completed before anyone looks).
+    _ready: trio.Event | None = None
     action: ResponseAction | None = None
     #: The framed response; a FramedParts when records are still in segment files (zero-copy).
     payload: bytes | FramedParts = b""
@@ -87,7 +91,16 @@ class ResponseSlot:
         self.throttle_ms = throttle_ms
         self.throttle_quota = throttle_quota
         self.close_reason = close_reason
-        self.ready.set()
+        self.done = True
+        if self._ready is not None:
+            self._ready.set()
+
+    async def wait(self) -> None:
+        """Until a handler completes the slot (at once, without a checkpoint, if it has)."""
+        if not self.done:
+            if self._ready is None:
+                self._ready = trio.Event()
+            await self._ready.wait()
 
     def release(self) -> None:
         """The response is sent or dropped: give back the files its regions hold open."""
@@ -172,8 +185,8 @@ class RequestChannel:
     async def send(self, request: Request, *, inline: bool = False) -> None:
         """Queue ``request`` for the handlers, or (``inline``) have it handled in this task.
 
-        ``inline`` is for a sender that would only wait for the answer anyway (a connection
-        with one request in flight). When nothing is queued and a handler is idle, queueing
+        ``inline`` is for a connection's reader (one request in flight, or pipelining: the
+        handler would run on the same thread before the reader read on anyway). When nothing is queued and a handler is idle, queueing
         would only hand the request to that handler: two task switches (docs/decisions.md,
         "inline handling"). The request is then handled in the sender's task instead, counted
         as one of the pool's handlers, so ``num.io.threads`` still bounds the requests handled

@@ -146,38 +146,53 @@ class RequestHandlerPool:
         ctx = RequestContext(decoded, connection, self.broker, size=request.size,
                              dequeue_ns=dequeued)
         handler = self._handlers[decoded.api_key]
+        interceptor = self.interceptor
         with for_connection(connection):
-            interceptor = self.interceptor
-            if interceptor is not None:
-                await self._answer(request, ctx, lambda: interceptor(ctx, handler.handle))
-                return
-            await self._answer(request, ctx, lambda: handler.handle(ctx, decoded.body))
-        self._busy_ns += time.perf_counter_ns() - request.dequeue_ns
+            # _answer's steps written out: one coroutine and one closure less per request.
+            try:
+                if interceptor is None:
+                    result = await handler.handle(ctx, decoded.body)
+                else:
+                    result = await interceptor(ctx, handler.handle)
+                self._settle(request, ctx, result)
+            except CloseConnection as close:
+                self._closed(request, ctx, close)
+            except Exception as exc:
+                self._fail(request, ctx, exc)
+        if interceptor is None:
+            self._busy_ns += time.perf_counter_ns() - request.dequeue_ns
 
     async def _answer(self, request: Request, ctx: RequestContext,
                       produce: Callable[[], Awaitable[Any]]) -> None:
-        """Run a handler (or a parked wait) and complete the request with the outcome.
+        """Run a parked wait and complete the request with the outcome (:meth:`handle` does
+        the same for the handler itself).
 
         A handler that fails (its response's encoding included) gets the API's error response,
         as Kafka's ``sendErrorOrCloseConnection``; the connection is kept.
         """
         try:
-            result = await produce()
-            if isinstance(result, Parked):
-                request.local_complete_ns = ctx.local_complete_ns = time.perf_counter_ns()
-                # The task inherits this task's context, so its events keep the bound fields.
-                self.broker.purgatory.start_soon(self._answer, request, ctx, result.wait)
-                return
-            self.complete(request, ctx, self._apply_quotas(ctx, result))
+            self._settle(request, ctx, await produce())
         except CloseConnection as close:
-            if close.response is not None:
-                self._finish(request, ResponseAction.CLOSE,
-                             encode_response(request.decoded, close.response),
-                             error=response_error(close.response), close_reason=close.reason)
-            else:
-                self.complete(request, ctx, None, close_reason=close.reason)
+            self._closed(request, ctx, close)
         except Exception as exc:
             self._fail(request, ctx, exc)
+
+    def _settle(self, request: Request, ctx: RequestContext, result: Any) -> None:
+        """A handler's (or a parked wait's) outcome: complete the request, or park it."""
+        if isinstance(result, Parked):
+            request.local_complete_ns = ctx.local_complete_ns = time.perf_counter_ns()
+            # The task inherits this task's context, so its events keep the bound fields.
+            self.broker.purgatory.start_soon(self._answer, request, ctx, result.wait)
+            return
+        self.complete(request, ctx, self._apply_quotas(ctx, result))
+
+    def _closed(self, request: Request, ctx: RequestContext, close: CloseConnection) -> None:
+        if close.response is not None:
+            self._finish(request, ResponseAction.CLOSE,
+                         encode_response(request.decoded, close.response),
+                         error=response_error(close.response), close_reason=close.reason)
+        else:
+            self.complete(request, ctx, None, close_reason=close.reason)
 
     def _fail(self, request: Request, ctx: RequestContext, exc: Exception) -> None:
         """Answer a failed request with UNKNOWN_SERVER_ERROR, or close when there is no answer.
