@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import attrs
 import crc32c
@@ -81,9 +82,13 @@ class RecordBatchError(Exception):
         super().__init__(f"{kind}: {message}")
 
 
-@attrs.frozen
-class BatchHeader:
-    """The decoded fixed header of one v2 record batch."""
+class BatchHeader(NamedTuple):
+    """The decoded fixed header of one v2 record batch.
+
+    A named tuple rather than a frozen attrs class: one is built for every produced batch, and
+    a frozen class's ``__init__`` sets its 13 fields one ``object.__setattr__`` at a time
+    (~0.9 µs against ~0.15 µs for a tuple made straight from the ``struct`` unpack).
+    """
 
     base_offset: int
     batch_length: int
@@ -107,10 +112,10 @@ class BatchHeader:
     def assigned(self, base_offset: int, max_timestamp: int, leader_epoch: int) -> BatchHeader:
         """This header with the offset, max timestamp and leader epoch the log gave the batch
         (``attrs.evolve`` looks every field up by name: several times slower per append)."""
-        return BatchHeader(base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
-                           self.attributes, self.last_offset_delta, self.base_timestamp,
-                           max_timestamp, self.producer_id, self.producer_epoch,
-                           self.base_sequence, self.record_count)
+        return _new_header(BatchHeader, (
+            base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
+            self.attributes, self.last_offset_delta, self.base_timestamp, max_timestamp,
+            self.producer_id, self.producer_epoch, self.base_sequence, self.record_count))
 
     @property
     def last_offset(self) -> int:
@@ -149,11 +154,16 @@ class BatchHeader:
         return last - INT32_MAX - 1 if last > INT32_MAX else last
 
 
+#: ``tuple.__new__``: a header straight from the unpacked tuple (``BatchHeader(*values)`` goes
+#: through the named tuple's Python-level ``__new__``).
+_new_header: Any = tuple.__new__
+
+
 def decode_header(data: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Decode the 61-byte header at ``position`` (no validation beyond having the bytes)."""
     if len(data) - position < HEADER_SIZE:
         raise RecordBatchError("corrupt_message", "truncated record batch header")
-    return BatchHeader(*_HEADER.unpack_from(data, position))
+    return _new_header(BatchHeader, _HEADER.unpack_from(data, position))
 
 
 def peek_offset_and_length(data: bytes | bytearray | memoryview, position: int = 0
