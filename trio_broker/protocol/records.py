@@ -206,11 +206,13 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
     if size < HEADER_SIZE:
         raise RecordBatchError("corrupt_message",
                                f"record batch of {size} bytes is smaller than the header")
-    header = decode_header(batch)
+    # Runs for every produced batch: the header's properties (size, is_control,
+    # has_producer_id), decode_header and compute_crc are written out here.
+    header: BatchHeader = _new_header(BatchHeader, _HEADER.unpack_from(batch, 0))
     if header.batch_length < MIN_BATCH_LENGTH:
         raise RecordBatchError("corrupt_message",
                                f"record batch length {header.batch_length} is below the minimum")
-    if header.size != size:
+    if header.batch_length + LOG_OVERHEAD != size:
         raise RecordBatchError("corrupt_message",
                                f"record batch length {header.size} does not match {size} bytes")
     if max_size is not None and size > max_size:
@@ -219,7 +221,7 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
     if header.magic != MAGIC:
         raise RecordBatchError("invalid_record",
                                f"magic {header.magic} is not supported (only v2 batches)")
-    crc = compute_crc(batch)
+    crc = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
     if crc != header.crc:
         raise RecordBatchError("corrupt_message",
                                f"record batch CRC {header.crc} does not match computed {crc}")
@@ -236,9 +238,10 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
             "invalid_record",
             f"inconsistent batch: {header.record_count} records, lastOffsetDelta "
             f"{header.last_offset_delta}")
-    if from_client and header.is_control:
+    control = header.attributes & CONTROL_BIT
+    if from_client and control:
         raise RecordBatchError("invalid_record", "clients may not send control batches")
-    if header.has_producer_id and header.base_sequence < 0 and not header.is_control:
+    if header.producer_id >= 0 and header.base_sequence < 0 and not control:
         # A batch with a producer id needs a sequence; Kafka's LogValidator rejects one without.
         raise RecordBatchError("invalid_record", "idempotent batch without a base sequence")
     return header
