@@ -44,6 +44,33 @@ def _calls(name: str) -> list[tuple[Path, ast.Call]]:
     return found
 
 
+def _dict_keys_of(path: Path, call: ast.Call) -> list[str]:
+    """The string keys ``emit_fields``'s second argument gets in the function around the call:
+    its dict literal's, those set by ``name["key"] = ...``, and the timing keys it is updated
+    with (``Request.timings_ms``: declared fields of every request line)."""
+    if len(call.args) < 2 or not isinstance(call.args[1], ast.Name):
+        return []
+    name = call.args[1].id
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for function in sorted(functions, key=lambda f: f.lineno, reverse=True):  # innermost first
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if not function.lineno <= call.lineno <= (function.end_lineno or 0):
+            continue
+        keys: list[str] = []
+        for node in ast.walk(function):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                    and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)):
+                keys += [k.value for k in node.value.keys
+                         if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                  and node.value.id == name and isinstance(node.slice, ast.Constant)):
+                keys.append(node.slice.value)
+        return keys
+    return []
+
+
 def test_every_emit_in_the_source_names_a_declared_event_and_fields() -> None:
     problems = []
     emits = [(p, c) for p, c in _calls("emit") if p.name != "log.py" or c.args]
@@ -61,6 +88,24 @@ def test_every_emit_in_the_source_names_a_declared_event_and_fields() -> None:
         for keyword in call.keywords:
             if keyword.arg is not None and keyword.arg not in allowed:
                 problems.append(f"{where}: {event!r} has no declared field {keyword.arg!r}")
+    # emit_fields("event", fields): the fields' dict literal (a name assigned one in the same
+    # function) and the keys it later gains by subscript are checked the same way.
+    for path, call in _calls("emit_fields"):
+        if path.name == "log.py":
+            continue
+        where = f"{path.relative_to(ROOT)}:{call.lineno}"
+        if not (call.args and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[0].value, str) and call.args[0].value in EVENTS):
+            problems.append(f"{where}: the event name must be a declared string literal")
+            continue
+        event = call.args[0].value
+        keys = _dict_keys_of(path, call)
+        if not keys:
+            problems.append(f"{where}: emit_fields needs a dict literal assigned in its function")
+        allowed = set(all_fields(event))
+        problems += [f"{where}: {event!r} has no declared field {key!r}"
+                     for key in keys if key not in allowed]
+        emits.append((path, call))
     assert not problems, "\n".join(problems)
     names = {c.args[0].value for _, c in emits if isinstance(c.args[0], ast.Constant)}
     # The checks above must have had something to check: the front end's core events.

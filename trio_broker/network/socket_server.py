@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from ..config import BrokerConfig, Endpoint
-from ..observability.log import emit
+from ..observability.log import emit, emit_fields
 from ..observability.metrics import BrokerMetrics
 from ..protocol.codec import api_name
 from ..security.listeners import ListenerSecurity, listener_security
@@ -184,22 +184,24 @@ class SocketServer:
         info = request.owner.info
         # ``_value_``: an Enum's ``.value`` is a Python-level descriptor (this runs per request)
         action = "dropped" if dropped else (slot.action._value_ if slot.action else "none")
-        extra: dict[str, int] = {}
+        # A dict literal handed to emit_fields: the same line as emit("request", ...), without
+        # repacking 19 keyword arguments (about 1 µs per request).
+        fields = {
+            "api": api, "api_key": decoded.api_key, "api_version": decoded.api_version,
+            "correlation_id": decoded.correlation_id, "client_id": decoded.client_id or "",
+            "client_software_name": info.client_software_name,
+            "client_software_version": info.client_software_version,
+            "principal": info.principal, "request_bytes": request.size,
+            "response_bytes": len(slot.payload), "error": slot.error,
+            "response_action": action,
+        }
+        fields.update(timings)
         body = decoded.body
         if (decoded.api_key == FETCH_KEY and decoded.api_version >= FETCH_SESSION_VERSION
                 and hasattr(body, "session_epoch")):
-            extra = {"fetch_session_id": int(body.session_id),
-                     "fetch_session_epoch": int(body.session_epoch)}
-        emit(
-            "request",
-            api=api, api_key=decoded.api_key, api_version=decoded.api_version,
-            correlation_id=decoded.correlation_id, client_id=decoded.client_id or "",
-            client_software_name=info.client_software_name,
-            client_software_version=info.client_software_version,
-            principal=info.principal, request_bytes=request.size,
-            response_bytes=len(slot.payload), error=slot.error, response_action=action,
-            **timings, **extra,
-        )
+            fields["fetch_session_id"] = int(body.session_id)
+            fields["fetch_session_epoch"] = int(body.session_epoch)
+        emit_fields("request", fields)
 
 
 def _open_connections(processors: list[Processor]) -> int:

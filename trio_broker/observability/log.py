@@ -188,16 +188,18 @@ class _Timestamp:
     __slots__ = ("_prefix", "_second")
 
     def __init__(self) -> None:
-        self._second = -1
+        self._second = ""
         self._prefix = ""
 
     def __call__(self) -> str:
-        now = time.time()
-        second = int(now)
+        # Microseconds since the epoch as digits: the last six are the fraction, the rest the
+        # second (string slices: cheaper per line than float arithmetic and a format spec).
+        digits = str(time.time_ns() // 1000)
+        second = digits[:-6]
         if second != self._second:
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(int(second)))
             self._second = second
-        return f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        return self._prefix + digits[-6:] + "Z"
 
 
 _timestamp = _Timestamp()
@@ -301,6 +303,23 @@ def _method_for(level: str) -> Any:
     if _LEVELS[level] < lowest:
         return _skip
     write = writer.write
+    renderer = processors[-1]
+    dumps_kw = getattr(renderer, "_dumps_kw", None)
+    if (processors[:-1] == (_add_common, _check_schema)
+            and isinstance(renderer, structlog.processors.JSONRenderer)
+            and getattr(renderer, "_dumps", None) is _orjson_dumps
+            and isinstance(dumps_kw, dict) and dumps_kw.keys() == {"default"}):
+        # The JSON chain configure_logging builds, its three calls written out (the
+        # renderer's own call, ``**dumps_kw`` and the loop cost ~0.5 µs of a ~4 µs line).
+        default = dumps_kw["default"]
+
+        def log_json(event: str, fields: dict[str, Any]) -> None:
+            fields["event"] = event
+            _add_common(None, level, fields)
+            _check_schema(None, level, fields)
+            write(_orjson_dumps(fields, default=default))
+
+        return log_json
 
     def log_event(event: str, fields: dict[str, Any]) -> None:
         fields["event"] = event
@@ -314,6 +333,17 @@ def _method_for(level: str) -> Any:
 
 def emit(event: str, /, **fields: Any) -> None:
     """Write one declared event at the level its declaration gives."""
+    method = _methods.get(event)
+    if method is None:
+        spec = EVENTS.get(event)
+        method = _methods[event] = _method_for(spec.level if spec is not None else "info")
+    method(event, fields)
+
+
+def emit_fields(event: str, fields: dict[str, Any], /) -> None:
+    """:func:`emit` with the fields in a dict the caller built and hands over (it gains the
+    common fields): for the per-request line, whose 19 keyword arguments, repacked into a
+    dict, cost about 1 µs. The event-declaration test checks its dict literal's keys."""
     method = _methods.get(event)
     if method is None:
         spec = EVENTS.get(event)

@@ -8,6 +8,7 @@ Kafka MBean.
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 from bisect import bisect_left
 from typing import Any
@@ -228,7 +229,10 @@ class RequestMetrics:
     FIELDS = tuple(REQUEST_TIME_HISTOGRAMS)
 
     def __init__(self, buckets: tuple[float, ...] = _MS_BUCKETS) -> None:
+        if not buckets or buckets[0] <= 0:
+            raise ValueError("histogram bounds must be positive (observe puts zeros first)")
         self._bounds = buckets
+        self._values = operator.itemgetter(*self.FIELDS)
         self._series: dict[str, _ApiSeries] = {}
 
     def observe(self, api: str, version: int, timings: dict[str, float], error: str,
@@ -239,10 +243,15 @@ class RequestMetrics:
         bounds = self._bounds
         sums = series.sums
         buckets = series.buckets
-        for index, field in enumerate(self.FIELDS):  # per request: no zip, no nested tuples
-            value = timings[field]
-            buckets[index][bisect_left(bounds, value)] += 1
-            sums[index] += value
+        # Per request: the seven values in one C call, and no bisect or float addition for a
+        # zero (most of them: no queue, remote or throttle time), which falls in the first
+        # bucket (every bound is positive) and adds nothing to the sum (values are >= 0).
+        for index, value in enumerate(self._values(timings)):
+            if value:
+                buckets[index][bisect_left(bounds, value)] += 1
+                sums[index] += value
+            else:
+                buckets[index][0] += 1
         series.bytes += request_bytes
         versions = series.versions
         versions[version] = versions.get(version, 0) + 1

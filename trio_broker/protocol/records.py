@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import attrs
 import crc32c
@@ -81,9 +82,13 @@ class RecordBatchError(Exception):
         super().__init__(f"{kind}: {message}")
 
 
-@attrs.frozen
-class BatchHeader:
-    """The decoded fixed header of one v2 record batch."""
+class BatchHeader(NamedTuple):
+    """The decoded fixed header of one v2 record batch.
+
+    A named tuple rather than a frozen attrs class: one is built for every produced batch, and
+    a frozen class's ``__init__`` sets its 13 fields one ``object.__setattr__`` at a time
+    (~0.9 µs against ~0.15 µs for a tuple made straight from the ``struct`` unpack).
+    """
 
     base_offset: int
     batch_length: int
@@ -107,10 +112,10 @@ class BatchHeader:
     def assigned(self, base_offset: int, max_timestamp: int, leader_epoch: int) -> BatchHeader:
         """This header with the offset, max timestamp and leader epoch the log gave the batch
         (``attrs.evolve`` looks every field up by name: several times slower per append)."""
-        return BatchHeader(base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
-                           self.attributes, self.last_offset_delta, self.base_timestamp,
-                           max_timestamp, self.producer_id, self.producer_epoch,
-                           self.base_sequence, self.record_count)
+        return _new_header(BatchHeader, (
+            base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
+            self.attributes, self.last_offset_delta, self.base_timestamp, max_timestamp,
+            self.producer_id, self.producer_epoch, self.base_sequence, self.record_count))
 
     @property
     def last_offset(self) -> int:
@@ -149,11 +154,16 @@ class BatchHeader:
         return last - INT32_MAX - 1 if last > INT32_MAX else last
 
 
+#: ``tuple.__new__``: a header straight from the unpacked tuple (``BatchHeader(*values)`` goes
+#: through the named tuple's Python-level ``__new__``).
+_new_header: Any = tuple.__new__
+
+
 def decode_header(data: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Decode the 61-byte header at ``position`` (no validation beyond having the bytes)."""
     if len(data) - position < HEADER_SIZE:
         raise RecordBatchError("corrupt_message", "truncated record batch header")
-    return BatchHeader(*_HEADER.unpack_from(data, position))
+    return _new_header(BatchHeader, _HEADER.unpack_from(data, position))
 
 
 def peek_offset_and_length(data: bytes | bytearray | memoryview, position: int = 0
@@ -196,11 +206,13 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
     if size < HEADER_SIZE:
         raise RecordBatchError("corrupt_message",
                                f"record batch of {size} bytes is smaller than the header")
-    header = decode_header(batch)
+    # Runs for every produced batch: the header's properties (size, is_control,
+    # has_producer_id), decode_header and compute_crc are written out here.
+    header: BatchHeader = _new_header(BatchHeader, _HEADER.unpack_from(batch, 0))
     if header.batch_length < MIN_BATCH_LENGTH:
         raise RecordBatchError("corrupt_message",
                                f"record batch length {header.batch_length} is below the minimum")
-    if header.size != size:
+    if header.batch_length + LOG_OVERHEAD != size:
         raise RecordBatchError("corrupt_message",
                                f"record batch length {header.size} does not match {size} bytes")
     if max_size is not None and size > max_size:
@@ -209,7 +221,7 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
     if header.magic != MAGIC:
         raise RecordBatchError("invalid_record",
                                f"magic {header.magic} is not supported (only v2 batches)")
-    crc = compute_crc(batch)
+    crc = crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
     if crc != header.crc:
         raise RecordBatchError("corrupt_message",
                                f"record batch CRC {header.crc} does not match computed {crc}")
@@ -226,9 +238,10 @@ def validate_batch(batch: bytes | bytearray | memoryview, *, max_size: int | Non
             "invalid_record",
             f"inconsistent batch: {header.record_count} records, lastOffsetDelta "
             f"{header.last_offset_delta}")
-    if from_client and header.is_control:
+    control = header.attributes & CONTROL_BIT
+    if from_client and control:
         raise RecordBatchError("invalid_record", "clients may not send control batches")
-    if header.has_producer_id and header.base_sequence < 0 and not header.is_control:
+    if header.producer_id >= 0 and header.base_sequence < 0 and not control:
         # A batch with a producer id needs a sequence; Kafka's LogValidator rejects one without.
         raise RecordBatchError("invalid_record", "idempotent batch without a base sequence")
     return header

@@ -13,7 +13,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal, overload
+from typing import Literal, NamedTuple, overload
 
 import attrs
 import trio
@@ -48,9 +48,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@attrs.frozen
-class AppendResult:
-    """Where a produce request's records landed."""
+class AppendResult(NamedTuple):
+    """Where a produce request's records landed.
+
+    A named tuple (one per produced batch): a frozen attrs class's ``__init__`` costs twice
+    as much per request."""
 
     base_offset: int
     #: Broker time stamped on the batches (LogAppendTime topics), else -1.
@@ -287,8 +289,16 @@ class PartitionLog:
             if header.attributes & rb.TRANSACTIONAL_BIT:
                 transactional = True
         if segment.size:
-            self._maybe_roll(size, next_offset, max_timestamp_of_all)
-            segment = self.segments[-1]
+            # _maybe_roll's test, written out (per append): the clock is read only for a
+            # segment without a first-batch timestamp, as time_waited_for_roll does.
+            roll_base = segment.roll_base_ms
+            waited = (max_timestamp_of_all - roll_base if roll_base > 0
+                      else now_ms() - segment.created_ms)
+            if (segment.size > config.segment_bytes - size or waited > config.segment_ms
+                    or segment.offset_index.full or segment.time_index.full
+                    or next_offset - 1 - segment.base_offset > rb.INT32_MAX):
+                self.roll()
+                segment = self.segments[-1]
         size_before = segment.size
         try:
             if assigned:
