@@ -28,7 +28,7 @@ from pathlib import Path
 from .common import running_broker
 from .many_producers import produce_frame
 from .reference import cpu_seconds
-from .small_produce import profile_parts, profile_table
+from .small_produce import print_profile
 from .throughput import create_topic
 from .wire import FrameCounter
 
@@ -109,13 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {index + 1} depth {depth:2d}: {rate:,.0f} req/s, broker {cpu_us:.1f} µs "
                   f"CPU/request (load {os.getloadavg()[0]:.1f})", flush=True)
             if args.py_spy is not None:
-                print("\n".join(profile_table(args.py_spy, args.count,
-                                              cpu_us * args.count / 1e6)))
-                parts = profile_parts(args.py_spy)
-                print("by part of the request path (µs of broker CPU per request):")
-                for name, samples in sorted(parts.items(), key=lambda item: -item[1]):
-                    if name != "total":
-                        print(f"  {cpu_us * samples / parts['total']:6.1f}  {name}")
+                print_profile(args.py_spy, args.count, cpu_us)
     return 0
 
 

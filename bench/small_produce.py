@@ -164,13 +164,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {index + 1}: {rate:,.0f} req/s, broker {cpu_us:.0f} µs CPU/request "
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
         if args.py_spy is not None:
-            print("\n".join(profile_table(args.py_spy, args.count, cpu_us * args.count / 1e6)))
-            parts = profile_parts(args.py_spy)
-            print("by part of the request path (µs of broker CPU per request):")
-            for name, count in sorted(parts.items(), key=lambda item: -item[1]):
-                if name != "total":
-                    print(f"  {cpu_us * count / parts['total']:6.1f}  {name}")
+            print_profile(args.py_spy, args.count, cpu_us)
     return 0
+
+
+def print_profile(raw: Path, requests: int, cpu_us: float) -> None:
+    """Print a py-spy run's table and its split by part of the request path, the broker's CPU
+    per request (``cpu_us``, from /proc) spread over the samples."""
+    print("\n".join(profile_table(raw, requests, cpu_us * requests / 1e6)))
+    parts = profile_parts(raw)
+    print("by part of the request path (µs of broker CPU per request):")
+    for name, samples in sorted(parts.items(), key=lambda item: -item[1]):
+        if name != "total":
+            print(f"  {cpu_us * samples / parts['total']:6.1f}  {name}")
 
 
 if __name__ == "__main__":
