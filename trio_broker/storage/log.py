@@ -289,8 +289,10 @@ class PartitionLog:
             if header.attributes & rb.TRANSACTIONAL_BIT:
                 transactional = True
         if segment.size:
-            # _maybe_roll's test, written out (per append): the clock is read only for a
-            # segment without a first-batch timestamp, as time_waited_for_roll does.
+            # When to roll, written out (it runs per append). Kafka's time rule: with a
+            # first-batch timestamp, the incoming batch's timestamp against it (replayed old
+            # data rolls by its own clock); otherwise wall time since the segment was created,
+            # and only then is the clock read.
             roll_base = segment.roll_base_ms
             waited = (max_timestamp_of_all - roll_base if roll_base > 0
                       else now_ms() - segment.created_ms)
@@ -400,17 +402,6 @@ class PartitionLog:
     @property
     def needs_flush(self) -> bool:
         return self.unflushed_messages >= self.config.flush_messages
-
-    def _maybe_roll(self, incoming: int, next_offset: int, max_timestamp: int) -> None:
-        segment = self.active
-        if segment.size == 0:
-            return
-        config = self.config
-        if (segment.size > config.segment_bytes - incoming
-                or segment.time_waited_for_roll(now_ms(), max_timestamp) > config.segment_ms
-                or segment.indexes_full
-                or next_offset - 1 - segment.base_offset > rb.INT32_MAX):
-            self.roll()
 
     def roll(self) -> Segment:
         """Start a new active segment at the log end (no-op when the active one is empty)."""

@@ -242,17 +242,6 @@ class Segment:
                                         or self.time_index.timestamps[-1] < self.max_timestamp):
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
-    def time_waited_for_roll(self, now: int, incoming_max_timestamp: int) -> int:
-        """Kafka's rule: with a first-batch timestamp, compare the incoming batch's timestamp
-        to it (so replayed old data rolls by its own clock); otherwise wall time since creation."""
-        if self.roll_base_ms > 0:
-            return incoming_max_timestamp - self.roll_base_ms
-        return now - self.created_ms
-
-    @property
-    def indexes_full(self) -> bool:
-        return self.offset_index.full or self.time_index.full
-
     # --------------------------------------------------------------------------------- read
     def pread(self, size: int, position: int) -> bytes:
         return os.pread(self.fd, size, position)
