@@ -493,3 +493,32 @@ def test_authentication_failures_by_principal_and_ip(analysis: AnalysisResult,
         expected[("User:mallory", "10.0.0.66")]
     page = (analysis.out / "report.html").read_text()
     assert "Authentication failures by principal and IP" in page
+
+
+def test_headline_percentiles_equal_percentile_disc(spark: Any) -> None:
+    """The headline percentiles, from counts per distinct (API, total_ms), are Spark's own
+    ``percentile_disc`` (and the nearest rank) on groups with ties, nulls and a lone value."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from trio_broker.analytics.tables import PERCENTILES, headline_percentiles
+
+    rng = random.Random(7)
+    rows: list[tuple[str, str, float | None]] = []
+    for api, size, distinct in (("Produce", 997, 40), ("Fetch", 1000, 1000), ("Metadata", 1, 1),
+                                ("Heartbeat", 20, 3), ("ApiVersions", 3, 3)):
+        rows += [("request", api, float(rng.randrange(distinct)) / 8) for _ in range(size)]
+    rows += [("request", "Fetch", None), ("request", "ListOffsets", None),
+             ("request_other", "Produce", 1e9)]
+    frame = spark.createDataFrame(rows, "event string, api string, total_ms double")
+    got = {r["api"]: r["_pct_total_ms"] for r in headline_percentiles(frame).collect()}
+    disc = [F.expr(f"percentile_disc({pct}) WITHIN GROUP (ORDER BY total_ms)")
+            for pct in PERCENTILES]
+    expected = {r["api"]: r["p"] for r in frame.where(F.col("event") == "request")
+                .groupBy("api").agg(F.array(*disc).alias("p")).collect()}
+    assert expected.pop("ListOffsets") == [None, None, None]
+    assert got == expected
+    for api, values in expected.items():
+        totals = [t for _, a, t in rows[:-3] if a == api]
+        assert values == [_nearest_rank(totals, pct) for pct in PERCENTILES]  # type: ignore[arg-type]

@@ -326,14 +326,27 @@ def _latency_columns() -> list[Column]:
 
 
 def headline_percentiles(events: DataFrame) -> DataFrame:
-    """Per API: the exact p50/p95/p99 of ``total_ms`` (nearest rank, ``percentile_disc``), in
-    ``_pct_total_ms``."""
+    """Per API: the exact p50/p95/p99 of ``total_ms`` (nearest rank, what ``percentile_disc``
+    gives), in ``_pct_total_ms``.
+
+    Computed from the count of each distinct (API, ``total_ms``) value, then a running count
+    per API: the request lines go through one hash aggregation, and only the distinct values
+    are ordered (``percentile_disc`` kept every distinct value of a group in an object map and
+    sorted it per API)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    exact = [F.expr(f"percentile_disc({pct}) WITHIN GROUP (ORDER BY total_ms)")
+    counts = (_of(events, "request").where(F.col("total_ms").isNotNull())
+              .groupBy("api", "total_ms").agg(F.count(F.lit(1)).alias("_n")))
+    running = Window.partitionBy("api").orderBy("total_ms") \
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    ranked = (counts.withColumn("_upto", F.sum("_n").over(running))
+              .withColumn("_all", F.sum("_n").over(Window.partitionBy("api"))))
+    # Nearest rank: the smallest value whose running count reaches ceil(p * n) (at least 1).
+    exact = [F.min(F.when(F.col("_upto") >= F.greatest(F.ceil(F.lit(pct) * F.col("_all")),
+                                                       F.lit(1)), F.col("total_ms")))
              for pct in PERCENTILES]
-    return (_of(events, "request").groupBy("api")
-            .agg(F.array(*exact).alias("_pct_total_ms")))
+    return ranked.groupBy("api").agg(F.array(*exact).alias("_pct_total_ms"))
 
 
 def latency_by_api(grain: DataFrame, headline: DataFrame) -> DataFrame:
