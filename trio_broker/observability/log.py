@@ -333,11 +333,7 @@ def _method_for(level: str) -> Any:
 
 def emit(event: str, /, **fields: Any) -> None:
     """Write one declared event at the level its declaration gives."""
-    method = _methods.get(event)
-    if method is None:
-        spec = EVENTS.get(event)
-        method = _methods[event] = _method_for(spec.level if spec is not None else "info")
-    method(event, fields)
+    emit_fields(event, fields)
 
 
 def emit_fields(event: str, fields: dict[str, Any], /) -> None:
