@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -161,6 +162,8 @@ class BrokerProcess:
     config_file: Path | None = None
     port: int = attrs.field(factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: ``(soft, hard)`` limit on open files the process starts with (None: this process's).
+    file_limit: tuple[int, int] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -185,8 +188,14 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         ready_before = self._count_ready()
+        limit = self.file_limit
+
+        def set_file_limit() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE)
+                                        stderr=subprocess.PIPE, preexec_fn=set_file_limit)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -244,12 +253,13 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     """``broker_process({"kafka.key": "value"})`` starts ``trio_broker run`` and waits for it."""
     started: list[BrokerProcess] = []
 
-    def start(overrides: dict[str, str] | None = None, *, config_file: Path | None = None
-              ) -> BrokerProcess:
+    def start(overrides: dict[str, str] | None = None, *, config_file: Path | None = None,
+              file_limit: tuple[int, int] | None = None) -> BrokerProcess:
         index = len(started)
         process = BrokerProcess(data_dir=tmp_path / f"broker{index}",
                                 log_path=tmp_path / f"broker{index}.log",
-                                overrides=dict(overrides or {}), config_file=config_file)
+                                overrides=dict(overrides or {}), config_file=config_file,
+                                file_limit=file_limit)
         started.append(process)
         return process.start()
 

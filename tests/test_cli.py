@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trio_broker import __version__
 
 
@@ -65,3 +67,63 @@ def test_run_and_sigterm(broker_process: Any) -> None:
     assert steps[0] == "acceptors_stopped"
     assert process.events("broker_stopped")
     assert not [e for e in process.events() if e["level"] == "error"]
+
+
+def test_start_up_failures_are_one_line(tmp_path: Path, broker_process: Any) -> None:
+    """A locked data directory or a taken port ends the command with a message, not a
+    traceback (Trio hands the error up wrapped in exception groups)."""
+    running = broker_process()
+    locked = run_cli("run", "--override", f"log.dirs={running.data_dir}",
+                     "--override", "listeners=PLAINTEXT://127.0.0.1:0")
+    assert locked.returncode == 1
+    assert locked.stderr.startswith("trio_broker: cannot start: Failed to acquire lock")
+    taken = run_cli("run", "--override", f"log.dirs={tmp_path / 'other'}",
+                    "--override", f"listeners=PLAINTEXT://127.0.0.1:{running.port}")
+    assert taken.returncode == 1
+    assert taken.stderr.startswith("trio_broker: cannot start:")
+    assert "Address already in use" in taken.stderr
+    for result in (locked, taken):
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert running.stop() == 0
+
+
+def test_the_soft_open_file_limit_is_raised_to_the_hard_one(broker_process: Any) -> None:
+    """As the JVM does for Kafka: a soft limit of a few hundred would not hold the segments of
+    a few hundred partitions."""
+    process = broker_process(file_limit=(300, 4096))
+    assert process.stop() == 0
+    (event,) = process.events("open_file_limit_raised")
+    assert (event["before"], event["limit"]) == (300, 4096)
+
+
+def test_a_broker_short_of_file_descriptors_refuses_partitions_and_restarts(
+        broker_process: Any) -> None:
+    """The request that once left a broker unable to start again: more new partitions than
+    the broker can open files for. The request fails, nothing is recorded, the broker keeps
+    serving the partitions it has, and it restarts."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    process = broker_process(file_limit=(400, 400))
+    admin = AdminClient({"bootstrap.servers": process.bootstrap})
+    admin.create_topics([NewTopic("wide", 100, 1)])["wide"].result(timeout=30)
+    with pytest.raises(KafkaException) as raised:
+        admin.create_partitions([NewPartitions("wide", 600)])["wide"].result(timeout=30)
+    assert "none of the 500 new partitions were created" in raised.value.args[0].str()
+    assert len(admin.list_topics(timeout=10).topics["wide"].partitions) == 100
+    producer = Producer({"bootstrap.servers": process.bootstrap})
+    producer.produce("wide", b"still here", partition=99)
+    assert producer.flush(30) == 0
+    assert process.stop() == 0
+    assert [e["created"] < 500 for e in process.events("partition_create_failed")] == [True]
+
+    process.start()
+    admin = AdminClient({"bootstrap.servers": process.bootstrap})
+    assert len(admin.list_topics(timeout=10).topics["wide"].partitions) == 100
+    consumer = Consumer({"bootstrap.servers": process.bootstrap, "group.id": "check",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("wide", 99, 0)])
+    message = consumer.poll(30)
+    consumer.close()
+    assert message is not None and message.value() == b"still here"
+    assert process.stop() == 0

@@ -6,6 +6,7 @@ to any Kafka-protocol broker (``topics``, ``groups``, ``configs``, ``users``, ``
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import signal
 import sys
@@ -140,18 +141,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_broker(config)
 
 
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft limit on open files to the hard one; returns ``(before, now)``.
+
+    What the JVM does for Kafka (HotSpot's ``MaxFDLimit``, on by default): every segment holds
+    a file and every connection a socket, and a soft limit of 1,024 (a common default) runs out
+    at a few hundred partitions. Lowered hard limits are the operator's to raise."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            return soft, soft
+        return soft, hard
+    return soft, soft
+
+
+def _only_error(exc: BaseException) -> BaseException:
+    """The exception inside Trio's single-member exception groups (a start-up failure of the
+    broker's task arrives wrapped by each nursery it passed)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def run_broker(config: BrokerConfig) -> int:
     """Run until SIGINT or SIGTERM, then shut down in order; exit status 0 on a clean stop."""
-    from .observability.log import configure_logging
+    from .observability.log import configure_logging, emit
     from .server.allocator import keep_large_buffers_in_heap
     from .server.app import BrokerApp
 
     keep_large_buffers_in_heap()
+    files_before, files_now = raise_open_file_limit()
 
     writer = configure_logging(
         broker_id=config.node_id, file=config.logging_file, fmt=config.logging_format,
         level=config.logging_level, max_bytes=config.logging_file_max_bytes,
         backup_count=config.logging_file_backup_count)
+    if files_now != files_before:
+        emit("open_file_limit_raised", before=files_before, limit=files_now)
 
     async def serve() -> None:
         app = BrokerApp(config)
@@ -171,13 +201,20 @@ def run_broker(config: BrokerConfig) -> int:
 
     try:
         trio.run(serve)
-    except ConfigError as exc:  # a keystore or JAAS entry that cannot be used
-        print(f"trio_broker: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, StorageError, RuntimeError) as exc:
-        # Port in use, data directory locked by another broker, meta.properties mismatch.
-        print(f"trio_broker: cannot start: {exc}", file=sys.stderr)
-        return 1
+    except Exception as raised:
+        exc = _only_error(raised)
+        if isinstance(exc, ConfigError):  # a keystore or JAAS entry that cannot be used
+            print(f"trio_broker: configuration error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, (OSError, StorageError, RuntimeError)):
+            # Port in use, data directory locked by another broker, meta.properties mismatch,
+            # too few file descriptors for the partitions on disk.
+            hint = (" (raise the open-file limit: ulimit -n)"
+                    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+                    else "")
+            print(f"trio_broker: cannot start: {exc}{hint}", file=sys.stderr)
+            return 1
+        raise
     finally:
         writer.close()
     return 0

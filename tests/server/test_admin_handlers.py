@@ -349,6 +349,50 @@ async def test_create_topics_defaults_and_assignments(storage_broker: Broker) ->
     assert "foreign" not in storage_broker.log_manager.topics
 
 
+async def test_create_topics_bounds_the_partitions_of_one_request(tmp_path: Path) -> None:
+    """Kafka's controller creates at most 10,000 partitions per request: past that, every
+    topic of the request is refused with POLICY_VIOLATION and nothing is created. Topics that
+    ask for the default (-1) count ``num.partitions`` each."""
+    config = load_config({"log.dirs": str(tmp_path), "node.id": "7", "num.partitions": "2"})
+    with running(config) as broker:
+        answer = await call(broker, CREATE_TOPICS, 7, create_request(
+            7, [("a", 5_000, -1), ("b", 4_999, -1), ("c", -1, -1), ("a", 1, -1)],
+            validate_only=True))
+        assert [(t.name, t.error_code) for t in answer.topics] == [
+            ("a", ErrorCode.policy_violation), ("b", ErrorCode.policy_violation),
+            ("c", ErrorCode.policy_violation)]
+        assert {t.error_message for t in answer.topics} == {
+            "Excessively large number of partitions per request."}
+        # 10,000 exactly is allowed (validate_only: nothing is opened).
+        answer = await call(broker, CREATE_TOPICS, 7, create_request(
+            7, [("a", 5_000, -1), ("b", 4_998, -1), ("c", -1, -1)], validate_only=True))
+        assert [t.error_code for t in answer.topics] == [ErrorCode.none] * 3
+        assert broker.log_manager is not None and not broker.log_manager.topics
+
+
+async def test_create_partitions_bounds_the_partitions_of_one_request(
+        storage_broker: Broker) -> None:
+    await create(storage_broker, "one", 1)
+    await create(storage_broker, "two", 1)
+    module = req_module(CREATE_PARTITIONS, 3)
+
+    def request(counts: dict[str, int]) -> Any:
+        return module.CreatePartitionsRequest(
+            topics=tuple(module.CreatePartitionsTopic(name=n, count=c, assignments=None)
+                         for n, c in counts.items()),
+            timeout=datetime.timedelta(seconds=5), validate_only=True)
+
+    answer = await call(storage_broker, CREATE_PARTITIONS, 3,
+                        request({"one": 5_002, "two": 5_001, "missing": 3}))  # 10,001 new
+    assert [(r.name, r.error_code, r.error_message) for r in answer.results] == [
+        (name, ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+        for name in ("one", "two", "missing")]
+    answer = await call(storage_broker, CREATE_PARTITIONS, 3,
+                        request({"one": 5_001, "two": 5_001}))  # 10,000 new
+    assert [r.error_code for r in answer.results] == [ErrorCode.none] * 2
+    assert storage_broker.log_manager.topics["one"].num_partitions == 1
+
+
 async def test_create_topics_validate_only(storage_broker: Broker) -> None:
     result = await create(storage_broker, "dry", 2, validate_only=True)
     assert result.error_code == ErrorCode.none

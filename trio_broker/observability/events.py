@@ -102,6 +102,9 @@ _EVENT_LIST = [
     # -- life cycle
     _spec("broker_starting", "The broker process is starting.",
           {"version": STRING, "data_dir": STRING, "ignored_config_keys": STRING}),
+    _spec("open_file_limit_raised",
+          "`trio_broker run` raised its soft limit on open files to the hard limit.",
+          {"before": LONG, "limit": LONG}),
     _spec("config_key_ignored", "A configuration key was given that has no effect here.",
           {"key": STRING, "reason": STRING}, "warning"),
     _spec("listener_bound", "A listener's socket is bound and listening.",
@@ -230,6 +233,10 @@ _EVENT_LIST = [
           {**CONNECTION_FIELDS, "topic": STRING, "configs": STRING}),
     _spec("partitions_created", "A topic got more partitions.",
           {**CONNECTION_FIELDS, "topic": STRING, "partitions": LONG}),
+    _spec("partition_create_failed",
+          "New partitions could not be created (e.g. no file descriptor left); none were.",
+          {**CONNECTION_FIELDS, "topic": STRING, "partitions": LONG, "created": LONG,
+           "error": STRING}, "error"),
     _spec("stray_partition_removed", "A partition directory of no known topic was removed.",
           {"directory": STRING}, "warning"),
     # -- consumer groups (connection fields are present when a request caused the event)

@@ -165,10 +165,37 @@ class LogManager:
                            self._log_configs[topic])
         # Logs created by this run (new topics and partitions) have no previous run to recover
         # from: the clean-shutdown flag read at start-up is not theirs.
-        log.open(clean=self.clean_shutdown or self._opened, recovery_point=recovery_point,
-                 log_start_offset=log_start_offset)
+        try:
+            log.open(clean=self.clean_shutdown or self._opened, recovery_point=recovery_point,
+                     log_start_offset=log_start_offset)
+        except BaseException:
+            log.close()  # the segments it did open
+            raise
         self._logs[(topic, partition)] = log
         return log
+
+    def _open_new_logs(self, topic: str, partitions: range) -> None:
+        """Create the logs of new partitions, all or none: if one cannot be created (no file
+        descriptor left, a full disk), those created are closed and deleted and nothing is
+        recorded, so the topic metadata never names a partition the broker could not open (a
+        broker restarted on such metadata would fail to start)."""
+        created: list[PartitionLog] = []
+        try:
+            for partition in partitions:
+                created.append(self._open_log(topic, partition, None))
+        except OSError as exc:
+            for log in created:
+                self._logs.pop((log.topic, log.partition), None)
+                log.delete_files()
+            # The partial directory of the one that failed, if any.
+            shutil.rmtree(self.data_dir / f"{topic}-{partitions.start + len(created)}",
+                          ignore_errors=True)
+            emit("partition_create_failed", topic=topic, partitions=len(partitions),
+                 created=len(created), error=str(exc))
+            raise StorageError(
+                f"Could not create partition {partitions.start + len(created)} of topic "
+                f"'{topic}' ({exc}); none of the {len(partitions)} new partitions were "
+                "created.") from exc
 
     def _load_topics(self) -> dict[str, TopicInfo]:
         path = self.data_dir / TOPICS_FILE
@@ -346,11 +373,14 @@ class LogManager:
                          internal or name in INTERNAL_TOPICS)
         if validate_only:
             return info
-        self._topics[name] = info
         self._log_configs[name] = log_config
+        try:
+            self._open_new_logs(name, range(num_partitions))
+        except StorageError:
+            del self._log_configs[name]
+            raise
+        self._topics[name] = info
         self._save_topics()
-        for partition in range(num_partitions):
-            self._open_log(name, partition, None)
         emit("topic_created", topic=name, partitions=num_partitions, internal=info.internal,
              configs=json.dumps(overrides))
         return info
@@ -389,10 +419,9 @@ class LogManager:
         updated = attrs.evolve(info, num_partitions=new_total)
         if validate_only:
             return updated
+        self._open_new_logs(name, range(info.num_partitions, new_total))
         self._topics[name] = updated
         self._save_topics()
-        for partition in range(info.num_partitions, new_total):
-            self._open_log(name, partition, None)
         emit("partitions_created", topic=name, partitions=new_total)
         return updated
 

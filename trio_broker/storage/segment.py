@@ -44,28 +44,63 @@ def segment_name(base_offset: int) -> str:
 
 
 class _Index:
-    """Shared mechanics of the two index files: an append-only file mirrored in memory."""
+    """Shared mechanics of the two index files: an append-only file mirrored in memory.
+
+    The file is held open only while entries are being written to it: opened at the first
+    write, closed when the segment is rolled (:meth:`release`). Reads come from the memory
+    copy, so a partition costs one file descriptor (its active ``.log``) until it takes
+    data, and an inactive segment one: Kafka's count, where the index files are memory-mapped
+    and their descriptors closed. Three per segment ran a broker with a few thousand
+    partitions out of descriptors (docs/decisions.md, "File descriptors")."""
 
     entry: struct.Struct
 
     def __init__(self, path: Path, max_entries: int) -> None:
         self.path = path
         self.max_entries = max(max_entries, 1)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = -1
+        #: Written since the last fsync (which may need to reopen the file).
+        self._dirty = False
+        # The file exists from the start: a missing index means "rebuild" at the next open.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+
+    def _file(self) -> int:
+        fd = self._fd
+        if fd < 0:
+            fd = self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        return fd
 
     def _write(self, *values: int) -> None:
-        os.write(self._fd, self.entry.pack(*values))
+        os.write(self._file(), self.entry.pack(*values))
+        self._dirty = True
 
     def _rewrite(self, payload: bytes) -> None:
-        os.ftruncate(self._fd, 0)
+        fd = self._file()
+        os.ftruncate(fd, 0)
         if payload:
-            os.write(self._fd, payload)
+            os.write(fd, payload)
+        self._dirty = True
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        if not self._dirty:
+            return
+        if self._fd >= 0:
+            os.fsync(self._fd)
+        else:  # released since the write: the file's pages are synced through a new one
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty = False
 
-    def close(self) -> None:
-        os.close(self._fd)
+    def release(self) -> None:
+        """Close the file until the next write (the segment is no longer appended to)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    close = release
 
 
 class OffsetIndex(_Index):
@@ -182,10 +217,14 @@ class Segment:
         # A missing index file must be rebuilt (opening creates an empty one).
         self.indexes_existed = (directory / f"{name}.index{suffix}").exists() and (
             directory / f"{name}.timeindex{suffix}").exists()
-        self.offset_index = OffsetIndex(directory / f"{name}.index{suffix}", base_offset,
-                                        index_max_bytes // INDEX_ENTRY.size)
-        self.time_index = TimeIndex(directory / f"{name}.timeindex{suffix}", base_offset,
-                                    index_max_bytes // TIME_ENTRY.size)
+        try:
+            self.offset_index = OffsetIndex(directory / f"{name}.index{suffix}", base_offset,
+                                            index_max_bytes // INDEX_ENTRY.size)
+            self.time_index = TimeIndex(directory / f"{name}.timeindex{suffix}", base_offset,
+                                        index_max_bytes // TIME_ENTRY.size)
+        except OSError:
+            os.close(self.fd)  # no descriptor left behind by a segment that was not made
+            raise
         #: Offset after the last batch (for the active segment: the log end offset).
         self.next_offset = base_offset
         self.max_timestamp = rb.NO_TIMESTAMP
@@ -237,10 +276,13 @@ class Segment:
         self.bytes_since_index += length
 
     def on_inactive(self) -> None:
-        """The segment was rolled: record its final max timestamp in the time index."""
+        """The segment was rolled: record its final max timestamp in the time index, and let
+        go of the index files (reopened only if the segment is ever rewritten)."""
         if self.max_timestamp >= 0 and (not self.time_index.timestamps
                                         or self.time_index.timestamps[-1] < self.max_timestamp):
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.release()
+        self.time_index.release()
 
     # --------------------------------------------------------------------------------- read
     def pread(self, size: int, position: int) -> bytes:

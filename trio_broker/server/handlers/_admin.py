@@ -132,6 +132,10 @@ def duplicates(names: Any) -> set[Any]:
 
 #: ``Errors.THROTTLING_QUOTA_EXCEEDED.message()`` (KIP-599).
 THROTTLING_QUOTA_EXCEEDED = "The throttling quota has been exceeded."
+#: Kafka's controller refuses a CreateTopics or CreatePartitions request that would create more
+#: partitions than this in one go (``MAX_PARTITIONS_PER_BATCH``, ``MAX_RECORDS_PER_USER_OP``),
+#: with POLICY_VIOLATION for every topic of the request.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 
 
 def controller_mutation_quota(ctx: Any, strict_since: int) -> Any:

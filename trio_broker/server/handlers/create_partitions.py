@@ -11,6 +11,7 @@ from ..context import RequestContext
 from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
 from ._admin import (
+    MAX_PARTITIONS_PER_REQUEST,
     NO_STORAGE,
     THROTTLING_QUOTA_EXCEEDED,
     build,
@@ -51,6 +52,17 @@ def _problem(ctx: RequestContext, topic: Any, current: int) -> tuple[ErrorCode, 
     return None
 
 
+def _new_partitions(lm: Any, topics: Any) -> int:
+    """Partitions the request would add to existing topics (Kafka's controller bounds the
+    records of one operation)."""
+    total = 0
+    for topic in topics:
+        info = lm.topics.get(topic.name)
+        if info is not None:
+            total += max(int(topic.count) - info.num_partitions, 0)
+    return total
+
+
 @api_handler(CREATE_PARTITIONS, MIN_VERSION, MAX_VERSION)
 async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
     """Add partitions to each requested topic."""
@@ -60,6 +72,13 @@ async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
     results = []
     reported: set[str] = set()
     mutations = controller_mutation_quota(ctx, STRICT_QUOTA_SINCE)
+    if lm is not None and _new_partitions(lm, body.topics) > MAX_PARTITIONS_PER_REQUEST:
+        names = dict.fromkeys(topic.name for topic in body.topics)
+        return build(module.CreatePartitionsResponse, throttle_time=throttle(ctx), results=tuple(
+            build(module.CreatePartitionsTopicResult, name=name,
+                  error_code=ErrorCode.policy_violation,
+                  error_message="Unable to perform excessively large batch operation.")
+            for name in names))
     for topic in body.topics:
         name = topic.name
         code, message = ErrorCode.none, None

@@ -16,6 +16,7 @@ from ..context import RequestContext
 from ..quota_manager import CONTROLLER_MUTATION
 from ..registry import api_handler
 from ._admin import (
+    MAX_PARTITIONS_PER_REQUEST,
     NO_STORAGE,
     THROTTLING_QUOTA_EXCEEDED,
     build,
@@ -86,6 +87,20 @@ def _partition_count(ctx: RequestContext, topic: Any) -> int:
     return count
 
 
+def _requested_partitions(ctx: RequestContext, topics: Any) -> int:
+    """The most partitions the request could create (Kafka's
+    ``validateTotalNumberOfPartitions``, checked before any topic is looked at)."""
+    total = 0
+    for topic in topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += ctx.broker.config.num_partitions
+        elif topic.num_partitions > 0:
+            total += int(topic.num_partitions)
+    return total
+
+
 def _configs(topic: Any) -> dict[str, str]:
     configs: dict[str, str] = {}
     for entry in topic.configs or ():
@@ -134,6 +149,11 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
                 fields["topic_config_error_code"] = i16(ErrorCode.topic_authorization_failed)
         return build(module.CreatableTopicResult, **fields)
 
+    if _requested_partitions(ctx, body.topics) > MAX_PARTITIONS_PER_REQUEST:
+        names = dict.fromkeys(topic.name for topic in body.topics)
+        return build(module.CreateTopicsResponse, throttle_time=throttle(ctx), topics=tuple(
+            result(name, ErrorCode.policy_violation,
+                   "Excessively large number of partitions per request.") for name in names))
     for topic in body.topics:
         name = topic.name
         if name in repeated:

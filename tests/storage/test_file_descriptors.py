@@ -1,0 +1,123 @@
+"""File descriptors: what a partition holds, and creation that runs out of them.
+
+A broker that accepted a CreatePartitions it could not open ran out of descriptors, recorded
+partitions it never made, and could not start again. Creation is now all or nothing, and a
+partition holds one descriptor until it is written to (Kafka's count: its indexes are
+memory-mapped and their descriptors closed).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trio_broker.storage import errors as se
+
+from .test_storage import batch, make, read_all, reopen
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@contextmanager
+def descriptors_left(count: int) -> Iterator[None]:
+    """Lower this process's soft limit so that only ``count`` more files can be opened."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # The listing's own descriptor is closed again: open_fds() counts one too many.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_fds() - 1 + count, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def partition_dirs(root: Path, topic: str) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.rpartition("-")[0] == topic)
+
+
+async def test_an_unwritten_partition_holds_one_descriptor(tmp_path: Path) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="1")
+    before = open_fds()
+    lm.create_topic("idle", 40)
+    assert open_fds() - before == 40
+    # Written with an index entry per batch: the active segment's two index files open.
+    await lm.append("idle", 0, batch([b"a"]))
+    await lm.append("idle", 0, batch([b"b"]))
+    assert open_fds() - before == 42
+    # Rolled: the old segment keeps its .log (fetches read it), not its indexes.
+    log = lm.get_partition("idle", 0)
+    assert log is not None
+    log.roll()
+    assert len(log.segments) == 2
+    assert open_fds() - before == 41
+    await lm.append("idle", 0, batch([b"c"]))
+    assert [v for _, v in read_all(lm, "idle")] == [b"a", b"b", b"c"]
+    lm = reopen(lm)
+    assert [v for _, v in read_all(lm, "idle")] == [b"a", b"b", b"c"]
+    lm.close()
+
+
+async def test_the_indexes_of_a_rolled_segment_survive_a_flush_and_restart(tmp_path: Path
+                                                                        ) -> None:
+    lm = make(tmp_path, log_index_interval_bytes="1")
+    lm.create_topic("t", 1)
+    for value in (b"a", b"b", b"c"):
+        await lm.append("t", 0, batch([value]))
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    old = log.active
+    log.roll()
+    old.fsync()  # the released index files are synced through a file opened for it
+    entries = list(old.offset_index.offsets)
+    assert len(entries) >= 2  # an entry per batch once the first interval has passed
+    assert old.offset_index.path.stat().st_size == len(entries) * 8
+    lm = reopen(lm, after_crash=True)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    assert list(log.segments[0].offset_index.offsets) == entries
+    assert [v for _, v in read_all(lm, "t")] == [b"a", b"b", b"c"]
+    lm.close()
+
+
+def test_a_topic_that_cannot_be_opened_is_not_created(tmp_path: Path, log_events: Any) -> None:
+    lm = make(tmp_path)
+    before = open_fds()
+    with descriptors_left(25), pytest.raises(se.StorageError) as raised:
+        lm.create_topic("wide", 100)
+    assert "none of the 100 new partitions were created" in raised.value.message
+    assert "wide" not in lm.topics
+    assert open_fds() == before
+    assert partition_dirs(tmp_path, "wide") == []
+    (event,) = log_events.events("partition_create_failed")
+    assert event["topic"] == "wide" and event["partitions"] == 100
+    assert 0 < event["created"] < 100
+    # With descriptors to spare the same request succeeds.
+    lm.create_topic("wide", 100)
+    assert lm.topics["wide"].num_partitions == 100
+    lm.close()
+
+
+async def test_partitions_that_cannot_be_opened_are_not_added(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("grow", 2)
+    await lm.append("grow", 1, batch([b"kept"]))
+    before = open_fds()
+    with descriptors_left(25), pytest.raises(se.StorageError):
+        lm.create_partitions("grow", 200)
+    assert lm.topics["grow"].num_partitions == 2
+    assert open_fds() == before
+    assert partition_dirs(tmp_path, "grow") == ["grow-0", "grow-1"]
+    # The metadata on disk agrees: a restart opens the two partitions, data intact.
+    lm = reopen(lm)
+    assert lm.topics["grow"].num_partitions == 2
+    assert [v for _, v in read_all(lm, "grow", 1)] == [b"kept"]
+    lm.create_partitions("grow", 5)
+    assert partition_dirs(tmp_path, "grow") == [f"grow-{i}" for i in range(5)]
+    lm.close()
