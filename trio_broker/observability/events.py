@@ -102,6 +102,12 @@ _EVENT_LIST = [
     # -- life cycle
     _spec("broker_starting", "The broker process is starting.",
           {"version": STRING, "data_dir": STRING, "ignored_config_keys": STRING}),
+    _spec("log_lines_dropped",
+          "Log lines were lost: the writer fell 100,000 lines behind, or writing failed "
+          "(a full disk, a closed pipe); written once lines can be written again. `lines` "
+          "counts whole failed writes: an upper bound, as part of a failed write may still "
+          "reach the file.",
+          {"lines": LONG}, "warning"),
     _spec("open_file_limit_raised",
           "`trio_broker run` raised its soft limit on open files to the hard limit.",
           {"before": LONG, "limit": LONG}),

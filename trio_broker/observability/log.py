@@ -7,6 +7,7 @@ so a slow disk or terminal never stalls request handling. Files rotate by size.
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import json
 import logging
@@ -41,6 +42,9 @@ class LineWriter:
 
     FLUSH_INTERVAL = 0.05
     WAKE_AT_LINES = 2000
+    #: Lines held for the thread at most: past it new lines are dropped and counted, so a log
+    #: that cannot keep up (a stalled disk) never grows the broker's memory without bound.
+    MAX_QUEUED_LINES = 100_000
 
     def __init__(self, path: str | None, max_bytes: int = 0, backup_count: int = 0,
                  stream: TextIO | None = None) -> None:
@@ -50,6 +54,16 @@ class LineWriter:
         self._lines: collections.deque[str | threading.Event] = collections.deque()
         self._wake = threading.Event()
         self._closing = False
+        #: Lines dropped because the queue was full (counted by the writing side) and those
+        #: already reported; lines lost to failed writes (counted by the thread).
+        self._dropped = 0
+        self._dropped_reported = 0
+        self._failed_lines = 0
+        #: A write failed and has been reported; cleared by the next write that succeeds.
+        self._failing = False
+        #: Called from the thread with the number of lines lost, once writing works again
+        #: (configure_logging makes it log a ``log_lines_dropped`` event).
+        self.on_lines_lost: Callable[[int], None] | None = None
         self._stream: TextIO
         self._size = 0
         if self._path is not None:
@@ -62,17 +76,46 @@ class LineWriter:
         self._thread.start()
 
     def write(self, line: str) -> None:
-        self._lines.append(line)
-        if len(self._lines) > self.WAKE_AT_LINES:
+        lines = self._lines
+        if len(lines) > self.WAKE_AT_LINES:
             self._wake.set()
+            if len(lines) >= self.MAX_QUEUED_LINES:
+                self._dropped += 1
+                return
+        lines.append(line)
 
     def _run(self) -> None:
         while True:
             self._wake.wait(self.FLUSH_INTERVAL)
             self._wake.clear()
-            self._drain()
+            try:
+                self._drain()
+                self._report_lost_lines()
+            except Exception as exc:  # the thread must live on: else lines pile up forever
+                self._report_failure(exc)
             if self._closing and not self._lines:
                 return
+
+    def _report_failure(self, exc: BaseException) -> None:
+        """Say once on stderr that the log cannot be written (Kafka's log4j reports an
+        appender's write failure on stderr and goes on too)."""
+        if self._failing:
+            return
+        self._failing = True
+        with contextlib.suppress(OSError, ValueError):
+            print(f"trio_broker: cannot write the log ({type(exc).__name__}: {exc}); lines are "
+                  "dropped until it can be written again", file=sys.stderr, flush=True)
+
+    def _report_lost_lines(self) -> None:
+        dropped = self._dropped - self._dropped_reported
+        lost = dropped + self._failed_lines
+        # Not while the queue is (nearly) full, or the report itself would be dropped.
+        if (not lost or self._failing or self.on_lines_lost is None
+                or len(self._lines) >= self.MAX_QUEUED_LINES // 2):
+            return
+        self._dropped_reported += dropped
+        self._failed_lines = 0
+        self.on_lines_lost(lost)
 
     def _drain(self) -> None:
         chunk: list[str] = []
@@ -111,28 +154,44 @@ class LineWriter:
         if not lines:
             return
         try:
+            if self._path is not None and self._stream.closed:  # a reopen that failed
+                self._open()
             self._stream.write("\n".join(lines) + "\n")
             self._stream.flush()
         except ValueError:  # stream closed under us (interpreter exit)
             return
+        except OSError as exc:  # disk full, a closed pipe: these lines are lost, not kept
+            self._failed_lines += len(lines)
+            self._report_failure(exc)
+            return
+        self._failing = False
         self._size += size
+
+    def _open(self) -> None:
+        assert self._path is not None
+        self._stream = self._path.open("a", encoding="utf-8")
+        self._size = self._stream.tell()
 
     def _rotate(self) -> None:
         assert self._path is not None
         self._stream.close()
-        if self._backup_count > 0:
-            for index in range(self._backup_count - 1, 0, -1):
-                older = self._path.with_name(f"{self._path.name}.{index}")
-                if older.exists():
-                    os.replace(older, self._path.with_name(f"{self._path.name}.{index + 1}"))
-            os.replace(self._path, self._path.with_name(f"{self._path.name}.1"))
-        else:
-            self._path.unlink(missing_ok=True)
-        self._stream = self._path.open("a", encoding="utf-8")
-        self._size = 0
+        try:
+            if self._backup_count > 0:
+                for index in range(self._backup_count - 1, 0, -1):
+                    older = self._path.with_name(f"{self._path.name}.{index}")
+                    if older.exists():
+                        os.replace(older, self._path.with_name(f"{self._path.name}.{index + 1}"))
+                os.replace(self._path, self._path.with_name(f"{self._path.name}.1"))
+            else:
+                self._path.unlink(missing_ok=True)
+        except OSError as exc:  # not rotated: go on writing to the same file
+            self._report_failure(exc)
+        self._open()
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until every line written before this call is on its way to the file."""
+        if not self._thread.is_alive():  # closed: nothing will write, so do not wait
+            return
         marker = threading.Event()
         self._lines.append(marker)
         self._wake.set()
@@ -243,6 +302,10 @@ def _orjson_dumps(event_dict: Any, **kwargs: Any) -> str:
     return json.dumps(event_dict, separators=(",", ":"), **kwargs)
 
 
+def _report_lines_lost(count: int) -> None:
+    emit("log_lines_dropped", lines=count)
+
+
 def configure_logging(*, broker_id: int, file: str | None = None, fmt: str | None = None,
                       level: str = "INFO", max_bytes: int = 0, backup_count: int = 0,
                       strict: bool = False, stream: TextIO | None = None) -> LineWriter:
@@ -260,6 +323,7 @@ def configure_logging(*, broker_id: int, file: str | None = None, fmt: str | Non
     renderer: Any = (structlog.dev.ConsoleRenderer(colors=False) if fmt == "console"
                      else structlog.processors.JSONRenderer(serializer=_orjson_dumps))
     _state.update(writer=writer, strict=strict, broker=broker_id)
+    writer.on_lines_lost = _report_lines_lost
     # No merge_contextvars: nothing binds structlog context variables (connections use
     # _CONNECTION), and copying the task's context on every line costs more than it is worth.
     processors = [_add_common, _check_schema, renderer]
