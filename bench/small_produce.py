@@ -89,7 +89,7 @@ PARTS = (
     ("produce handler, rest", ("handlers/produce.py:",)),
     ("handler pool, rest", ("server/handler_pool.py:",)),
     ("socket send", ("trio/_highlevel_socket.py:SocketStream.send_all",
-                     "network/connection.py:_send_nowait")),
+                     "network/response_writer.py:_send_nowait")),
     ("socket receive", ("trio/_highlevel_socket.py:SocketStream.receive_some",)),
     ("connection and request channel, rest", ("network/",)),
     ("log writer thread", ("observability/log.py:LineWriter",)),

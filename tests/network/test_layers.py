@@ -1,5 +1,5 @@
 """The network package's imports follow the data: socket server → acceptor → processor →
-connection → request channel (→ the handler pool, outside the package). A lower layer tells a
+connection → response writer → request channel (→ the handler pool, outside the package). A lower layer tells a
 higher one things through the small ``typing.Protocol`` classes it declares, never by importing
 it, not even under ``TYPE_CHECKING``."""
 
@@ -12,7 +12,8 @@ import trio_broker.network
 
 NETWORK = Path(trio_broker.network.__file__).parent
 #: Highest first. A module may import only modules after it.
-LAYERS = ["socket_server", "acceptor", "processor", "connection", "request_channel"]
+LAYERS = ["socket_server", "acceptor", "processor", "connection", "response_writer",
+          "request_channel"]
 #: Building blocks any layer may use; they import no other network module.
 LEAVES = {"memory_pool", "mute", "quotas"}
 

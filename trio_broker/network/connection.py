@@ -1,12 +1,15 @@
 """One client connection: Kafka's KafkaChannel plus the processor's work for it.
 
-The **reader** reads frames (sans-IO :class:`FrameDecoder`), decodes them, and sends them into
-the request channel. Muting is simply not reading: before each frame it waits while the
-in-flight limit is reached, while the connection is throttled (KIP-219), and while the memory
-pool cannot hold the frame. TCP flow control pushes back on the client.
+This module is the connection's life (TLS handshake, idle expiry, close) and its **reader**; the
+**writer**, which sends responses in request order, is :mod:`.response_writer`, whose
+:class:`~.response_writer.ResponseWriter` ``Connection`` inherits.
 
-The **writer** sends responses strictly in request order, gathering every response that is
-ready into one ``send_all``.
+The reader reads frames (sans-IO :class:`FrameDecoder`), decodes them, and sends them into the
+request channel. Muting is simply not reading: before each frame it waits while the in-flight
+limit is reached, while the connection is throttled (KIP-219), and while the memory pool cannot
+hold the frame. TCP flow control pushes back on the client. A plain socket
+(``Connection.raw_socket``) is read with a non-blocking ``recv`` that waits only when nothing is
+there (:func:`_read_nowait`).
 
 With Kafka's one request in flight (the default) reading and writing alternate in the
 connection's one task: read, hand over, wait for the answer, send, read on; Kafka's
@@ -16,22 +19,11 @@ connection's one task: read, hand over, wait for the answer, send, read on; Kafk
 Idle expiry is a cancel scope around both, cancelled by the processor once the connection
 has had no read or send for ``connections.max.idle.ms`` (Kafka's IdleExpiryManager).
 
-**Reading while a write is blocked.** Responses are written with a non-blocking send; only when
-the kernel will not take the whole response (the peer has not acknowledged what it has) does the
-write wait, and while it waits a short-lived read-ahead task keeps moving bytes from the socket
-into the :class:`FrameDecoder`, up to :data:`READ_AHEAD_BYTES` and only while the memory pool has
-room. Frames are still decoded and dispatched only by the reader, so muting keeps its meaning.
-Without this, a client that pipelines thousands of tiny requests (librdkafka) fills a fixed-size
-receive buffer with small segments; the kernel then drops its incoming segments, and with them
-the ACKs the blocked write waits for: the connection stalls (issue 9, docs/decisions.md). A write
-that makes no progress for ``socket.send.stall.timeout.ms`` closes the connection.
-
-**Zero-copy fetch.** A response may arrive as :class:`FramedParts`: bytes and file regions (a
-Fetch response's record bytes, still in the segment files). Where the transport is a plain
-socket (``Connection.raw_socket``; a TLS stream must encrypt the bytes, so it is given them
-read from the file), the regions are sent with ``os.sendfile`` in the same
-non-blocking loop (stall timeout and read-ahead included); any other transport gets the parts
-read into one bytes object. Either way the regions are released once sent or dropped.
+**Reading while a write is blocked.** When the kernel will not take a whole response the writer
+waits, and meanwhile runs the reader's :meth:`Connection._read_ahead`: it keeps moving bytes from
+the socket into the :class:`FrameDecoder`, up to :data:`READ_AHEAD_BYTES` and only while the
+memory pool has room, so that the peer's ACKs are not dropped (issue 9; the writer's module doc).
+Frames are still decoded and dispatched only by the reader, so muting keeps its meaning.
 """
 
 from __future__ import annotations
@@ -39,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -52,13 +43,12 @@ from ..protocol.codec import (
     valid_client_software,
 )
 from ..protocol.framing import FrameDecoder, InvalidFrameSize
-from ..protocol.regions import FileRegion, FramedParts, RegionInvalid
 from .memory_pool import MemoryPool, UnboundedPool
-from .mute import ChannelMute, IllegalMuteTransition, MuteEvent, MuteState
-from .request_channel import Request, RequestChannel, ResponseAction
+from .mute import ChannelMute, MuteEvent, MuteState
+from .request_channel import Request, RequestChannel
+from .response_writer import ResponseServer, ResponseWriter
 
 if TYPE_CHECKING:
-    from ..config import BrokerConfig
     from ..observability.metrics import AuthenticationMetrics, BrokerMetrics
     from ..security.listeners import ListenerSecurity
     from ..server.context import ConnectionInfo
@@ -68,11 +58,9 @@ RECEIVE_BYTES = 256 * 1024
 READ_AHEAD_BYTES = 1024 * 1024
 
 
-class ConnectionServer(Protocol):
-    """What a connection uses of the broker-wide socket server (its layers above it)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
+class ConnectionServer(ResponseServer, Protocol):
+    """What a connection uses of the broker-wide socket server (its layers above it); the
+    writer's part is :class:`ResponseServer`."""
 
     @property
     def supported_versions(self) -> dict[int, tuple[int, int]]: ...
@@ -82,12 +70,6 @@ class ConnectionServer(Protocol):
 
     @property
     def metrics(self) -> BrokerMetrics: ...
-
-    def request_completed(self, request: Request, *, dropped: bool = False) -> None:
-        """Metrics and the log line of a request answered or dropped."""
-
-    def connection_progressed(self) -> None:
-        """Responses were sent or a connection closed (wakes the shutdown drain)."""
 
 
 class ConnectionOwner(Protocol):
@@ -107,27 +89,18 @@ class ConnectionOwner(Protocol):
         """The connection has ended and closed its socket."""
 
 
-class _Close(Exception):
-    """Ends the connection with a reason for the connection_closed event."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        self.reason = reason
-        self.detail = detail
-        super().__init__(reason)
-
-
-class Connection:
-    """State and tasks of one accepted socket."""
+class Connection(ResponseWriter):
+    """State and tasks of one accepted socket (its response writing: :class:`ResponseWriter`)."""
 
     # Slots: thousands of idle connections each carry one of these.
     __slots__ = (
         "stream", "info", "ip", "_processor", "_server", "_decoder", "_max_inflight",
         "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
-        "_throttle_deadline", "_idle_seconds", "_idle_lru", "_idle_scope", "_reader_scope",
-        "_frame_reserved", "_eof", "_last_client_id", "_write_failure", "_tasks",
-        "_receiving", "_received_lot", "_writing", "_stop_reading", "requests", "closed",
+        "_idle_seconds", "_idle_lru", "_idle_scope", "_reader_scope",
+        "_frame_reserved", "_eof", "_last_client_id", "_tasks",
+        "_receiving", "_writing", "_stop_reading", "requests", "closed",
         "raw_socket", "_security", "_stopped",
-    )
+    )  # and ResponseWriter's
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
                  info: ConnectionInfo, processor: ConnectionOwner, ip: str, *,
@@ -142,7 +115,7 @@ class Connection:
         self.ip = ip
         self._processor = processor
         server = processor.server
-        self._server = server
+        self._server: ConnectionServer = server
         config = server.config
         self._decoder = FrameDecoder(config.socket_request_max_bytes)
         self._max_inflight = config.connection_max_inflight_requests
@@ -523,6 +496,18 @@ class Connection:
                 self._received_lot.unpark_all()
         self._received(data)
 
+    async def _read_ahead(self) -> None:
+        """While a write is blocked: move what the kernel holds into the decoder (bounded)."""
+        decoder = self._decoder
+        pool = self._server.memory_pool
+        try:
+            while (self._eof is None and decoder.buffered < READ_AHEAD_BYTES
+                   and not pool.out_of_memory):
+                await self._receive(min(RECEIVE_BYTES, READ_AHEAD_BYTES - decoder.buffered))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            # The reader serves what is buffered and then ends the connection with this.
+            self._eof = f"receive failed: {exc!r}"
+
     def _received(self, data: bytes | bytearray) -> None:
         if data:
             self._touch()
@@ -541,262 +526,6 @@ class Connection:
             self.info.client_software_name = name
             self.info.client_software_version = version
             emit("client_registered", client_software_name=name, client_software_version=version)
-
-    # ------------------------------------------------------------------ writing
-    async def _drain(self) -> None:
-        """Wait until every request read so far has been answered and sent."""
-        while self._pending and self._write_failure is None:
-            if self._inflight_lot is None:
-                await self._write_next()
-            else:
-                await self._inflight_lot.park()
-
-    async def _write_responses(self) -> None:
-        """The writer task (pipelining): ends the connection when a write ends it."""
-        while await self._write_next():
-            pass
-        self._tasks.cancel_scope.cancel()
-
-    async def _write_next(self) -> bool:
-        """Send the next ready responses; False when that ended the connection."""
-        try:
-            await self._write_batch()
-        except _Close as close:
-            self._write_failure = (close.reason, close.detail)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._write_failure = ("client", f"send failed: {exc!r}")
-        else:
-            return True
-        return False
-
-    async def _write_batch(self) -> None:
-        """Wait for the oldest request's response, then send it with every one ready after it,
-        in order, in one write."""
-        pending = self._pending
-        if len(pending) == 1:
-            # The usual case (one request in flight, answered with bytes): the loop below
-            # without its lists.
-            request = pending[0]
-            slot = request.slot
-            payload = slot.payload
-            if slot.action is ResponseAction.SEND and type(payload) is bytes:
-                request.response_dequeue_ns = time.perf_counter_ns()
-                try:
-                    if self.raw_socket:  # _send, without a coroutine when the kernel takes it
-                        fd = self.stream.socket.fileno()
-                        try:
-                            sent = _send_nowait(fd, payload)
-                        except OSError as exc:
-                            raise trio.BrokenResourceError(
-                                f"socket connection broken: {exc}") from exc
-                        if sent < len(payload):
-                            await self._send_blocked(fd, _UnsentBytes(memoryview(payload)[sent:]))
-                    else:
-                        await self._send_stream(payload)
-                except BaseException:
-                    del pending[:1]
-                    self._drop([request])
-                    raise
-                self._touch()
-                del pending[:1]
-                request.end_ns = time.perf_counter_ns()
-                self._sent(request)
-                if self._inflight_lot is not None:
-                    self._inflight_lot.unpark_all()
-                if not pending:
-                    self._server.connection_progressed()
-                return
-        while not pending or not pending[0].slot.done:
-            if pending:
-                await pending[0].slot.wait()
-            else:
-                assert self._response_lot is not None  # a serial connection has a request here
-                await self._response_lot.park()
-        # The batch stays in ``pending`` until it is sent: a response being written is still in
-        # flight (the shutdown drain waits for it).
-        count = 1
-        while count < len(pending) and pending[count].slot.done:
-            count += 1
-        batch = pending[:count]
-        dequeued = time.perf_counter_ns()
-        close: Request | None = None
-        payloads: list[bytes | FramedParts] = []
-        for index, request in enumerate(batch):
-            request.response_dequeue_ns = dequeued
-            action = request.slot.action
-            if action is ResponseAction.CLOSE:
-                # Responses after a close are never sent: they stay pending, and are counted
-                # as dropped when the connection ends. A close may carry a last response.
-                close = request
-                if request.slot.payload:
-                    payloads.append(request.slot.payload)
-                count = index + 1
-                batch = batch[:count]
-                break
-            if action is ResponseAction.SEND:
-                payloads.append(request.slot.payload)
-        if payloads:
-            try:
-                if len(payloads) == 1 and isinstance(payloads[0], bytes):
-                    await self._send(payloads[0])
-                else:
-                    await self._send_payloads(payloads)
-            except BaseException:
-                del pending[:count]
-                self._drop(batch)
-                raise
-            self._touch()
-        del pending[:count]
-        ended = time.perf_counter_ns()
-        for request in batch:
-            request.end_ns = ended
-            self._sent(request)
-            if request is close:
-                raise _Close("handler", request.slot.close_reason)
-        if self._inflight_lot is not None:
-            self._inflight_lot.unpark_all()
-        if not pending:
-            self._server.connection_progressed()
-
-    async def _send_payloads(self, payloads: list[bytes | FramedParts]) -> None:
-        """Send framed responses in order, in as few writes as the parts allow; releases the
-        regions of :class:`FramedParts` once sent (or failed)."""
-        framed = [payload for payload in payloads if isinstance(payload, FramedParts)]
-        if not framed:
-            await self._send(b"".join(payloads))  # type: ignore[arg-type]
-            return
-        try:
-            if not (self.raw_socket and _HAVE_SENDFILE):
-                # The fallback (e.g. TLS): the same bytes, read from the files.
-                await self._send(b"".join(payload if isinstance(payload, bytes)
-                                          else payload.materialize() for payload in payloads))
-                return
-            chunks: list[bytes | FileRegion] = []
-            for payload in payloads:
-                for part in (payload,) if isinstance(payload, bytes) else payload.parts:
-                    if chunks and isinstance(part, bytes) and isinstance(chunks[-1], bytes):
-                        chunks[-1] += part  # gather the bytes between regions
-                    else:
-                        chunks.append(part)
-            for chunk in chunks:
-                if isinstance(chunk, bytes):
-                    await self._send(chunk)
-                else:
-                    await self._send_region(chunk)
-        except RegionInvalid as exc:
-            # Part of a frame may be on the wire already: only closing keeps the stream sane.
-            raise _Close("error", f"zero-copy fetch: {exc}") from None
-        finally:
-            for payload in framed:
-                payload.release()
-
-    async def _send(self, data: bytes) -> None:
-        """Send all of ``data``; reads ahead while the kernel will not take it (module doc)."""
-        if not self.raw_socket:
-            await self._send_stream(data)
-            return
-        fd = self.stream.socket.fileno()
-        try:
-            sent = _send_nowait(fd, data)
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        if sent < len(data):
-            await self._send_blocked(fd, _UnsentBytes(memoryview(data)[sent:]))
-
-    async def _send_stream(self, data: bytes) -> None:
-        """TLS: the SSLStream encrypts (a copy); a send that takes longer than
-        ``socket.send.stall.timeout.ms`` as a whole closes the connection."""
-        stall_ms = self._server.config.socket_send_stall_timeout_ms
-        with trio.move_on_after(stall_ms / 1000 if stall_ms >= 0 else float("inf")) as scope:
-            await self.stream.send_all(data)
-        if scope.cancelled_caught:
-            emit("connection_send_stalled", stalled_ms=float(stall_ms), unsent_bytes=-1,
-                 buffered_bytes=self._decoder.buffered)
-            raise _Close("send_stalled", f"TLS send not done within {stall_ms} ms")
-
-    async def _send_region(self, region: FileRegion) -> None:
-        """Send a file region with ``sendfile`` (Kafka's ``FileRecords.transferTo``)."""
-        fd = self.stream.socket.fileno()
-        unsent = _UnsentFile(region)
-        try:
-            unsent.send(fd)
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        if unsent.remaining:
-            await self._send_blocked(fd, unsent)
-
-    async def _send_blocked(self, fd: int, rest: _UnsentBytes | _UnsentFile) -> None:
-        stall_ms = self._server.config.socket_send_stall_timeout_ms
-        stall_seconds = stall_ms / 1000 if stall_ms >= 0 else float("inf")
-        failure: BaseException | None = None
-        if self._received_lot is None:
-            self._received_lot = trio.lowlevel.ParkingLot()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read_ahead)
-            progress_at = trio.current_time()
-            while rest.remaining:
-                with trio.move_on_at(progress_at + stall_seconds):
-                    await trio.lowlevel.wait_writable(fd)
-                try:
-                    sent = rest.send(fd)
-                except OSError as exc:
-                    failure = trio.BrokenResourceError(f"socket connection broken: {exc}")
-                    break
-                except RegionInvalid as exc:
-                    failure = _Close("error", f"zero-copy fetch: {exc}")
-                    break
-                if sent:
-                    progress_at = trio.current_time()
-                    self._touch()
-                elif trio.current_time() >= progress_at + stall_seconds:
-                    stalled_ms = round((trio.current_time() - progress_at) * 1000, 3)
-                    emit("connection_send_stalled", stalled_ms=stalled_ms,
-                         unsent_bytes=rest.remaining, buffered_bytes=self._decoder.buffered)
-                    failure = _Close("send_stalled",
-                                     f"no bytes accepted for {stalled_ms} ms, "
-                                     f"{rest.remaining} bytes unsent")
-                    break
-            nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-
-    async def _read_ahead(self) -> None:
-        """While a write is blocked: move what the kernel holds into the decoder (bounded)."""
-        decoder = self._decoder
-        pool = self._server.memory_pool
-        try:
-            while (self._eof is None and decoder.buffered < READ_AHEAD_BYTES
-                   and not pool.out_of_memory):
-                await self._receive(min(RECEIVE_BYTES, READ_AHEAD_BYTES - decoder.buffered))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            # The reader serves what is buffered and then ends the connection with this.
-            self._eof = f"receive failed: {exc!r}"
-
-    def _drop(self, requests: list[Request]) -> None:
-        ended = time.perf_counter_ns()
-        for request in requests:
-            request.response_dequeue_ns = request.response_dequeue_ns or ended
-            request.end_ns = ended
-            request.slot.release()
-            self._server.request_completed(request, dropped=True)
-
-    def _sent(self, request: Request) -> None:
-        slot = request.slot
-        if slot.throttle_ms > 0:
-            self._throttle_deadline = max(self._throttle_deadline,
-                                          trio.current_time() + slot.throttle_ms / 1000)
-            emit("throttle_started", client_id=request.decoded.client_id or "",
-                 user=self.info.user,
-                 quota_type=slot.throttle_quota or "request_percentage",
-                 throttle_ms=float(slot.throttle_ms))
-        if self._mute is not None:
-            try:
-                if slot.throttle_ms > 0:
-                    self._mute.handle(MuteEvent.THROTTLE_STARTED)
-                self._mute.handle(MuteEvent.RESPONSE_SENT)
-            except IllegalMuteTransition as exc:
-                raise _Close("error", str(exc)) from None
-        self._server.request_completed(request)
 
 
 def _socket_of(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
@@ -836,52 +565,7 @@ async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: flo
     emit("authentication_failed", mechanism="SSL", principal="", error="SSL_HANDSHAKE_FAILED",
          detail=detail)
     return "ssl_handshake_failed", detail
-_HAVE_SENDFILE = hasattr(os, "sendfile")
 _NO_SCOPE = contextlib.nullcontext()
-
-
-class _UnsentBytes:
-    """The rest of a blocked bytes write."""
-
-    __slots__ = ("view",)
-
-    def __init__(self, view: memoryview) -> None:
-        self.view = view
-
-    @property
-    def remaining(self) -> int:
-        return len(self.view)
-
-    def send(self, fd: int) -> int:
-        sent = _send_nowait(fd, self.view)
-        self.view = self.view[sent:]
-        return sent
-
-
-class _UnsentFile:
-    """The rest of a file region being sent with ``sendfile``."""
-
-    __slots__ = ("region", "offset", "remaining")
-
-    def __init__(self, region: FileRegion) -> None:
-        self.region = region
-        self.offset = region.position
-        self.remaining = region.size
-
-    def send(self, fd: int) -> int:
-        region = self.region
-        # Checked before every call: a truncation in between would let sendfile read other
-        # bytes at the same positions (the event loop runs appends only between our calls).
-        region.check()
-        try:
-            sent = os.sendfile(fd, region.fd, self.offset, self.remaining)
-        except BlockingIOError:
-            return 0
-        if sent == 0:
-            raise RegionInvalid(f"file ended {self.remaining} bytes before the region's end")
-        self.offset += sent
-        self.remaining -= sent
-        return sent
 
 
 def _read_nowait(fd: int) -> bytes | None:
@@ -921,11 +605,3 @@ async def _read_checkpoint() -> None:
         await trio.lowlevel.checkpoint()
     else:
         await trio.lowlevel.checkpoint_if_cancelled()
-
-
-def _send_nowait(fd: int, data: bytes | memoryview) -> int:
-    """Bytes of ``data`` the kernel took at once (0 if none): a non-blocking ``send``."""
-    try:
-        return os.write(fd, data)
-    except BlockingIOError:
-        return 0

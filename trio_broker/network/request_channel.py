@@ -7,8 +7,8 @@ request carries the :class:`ResponseSlot` its connection waits on, so a response
 way back to the connection that asked, in request order.
 
 This module is the bottom of the network layers (socket server → acceptor → processor →
-connection → request channel → handler pool): it knows the connection that sent a request only as
-a :class:`RequestOwner`.
+connection → response writer → request channel → handler pool): it knows the connection that
+sent a request only as a :class:`RequestOwner`.
 """
 
 from __future__ import annotations
