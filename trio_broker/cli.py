@@ -138,7 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"trio_broker: configuration error: {exc}", file=sys.stderr)
         return 2
-    return run_broker(config)
+    try:
+        return run_broker(config)
+    except KeyboardInterrupt:
+        # Ctrl-C before the broker listens for signals (while it is still importing its
+        # modules): nothing is open yet, so stop without a traceback, with the shell's status
+        # for an interrupt. From the start of the event loop on, Ctrl-C is a clean shutdown.
+        print("trio_broker: interrupted during start-up", file=sys.stderr)
+        return 130
 
 
 def raise_open_file_limit() -> tuple[int, int]:
