@@ -162,8 +162,9 @@ class BrokerProcess:
     config_file: Path | None = None
     port: int = attrs.field(factory=free_port)
     process: subprocess.Popen[bytes] | None = None
-    #: ``(soft, hard)`` limit on open files the process starts with (None: this process's).
-    file_limit: tuple[int, int] | None = None
+    #: Resource limits the process starts with, ``{resource.RLIMIT_...: (soft, hard)}``
+    #: (the rest are this process's).
+    limits: dict[int, tuple[int, int]] = attrs.field(factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -188,14 +189,14 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         ready_before = self._count_ready()
-        limit = self.file_limit
+        limits = dict(self.limits)
 
-        def set_file_limit() -> None:
-            if limit is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+        def set_limits() -> None:
+            for which, limit in limits.items():
+                resource.setrlimit(which, limit)
 
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, preexec_fn=set_file_limit)
+                                        stderr=subprocess.PIPE, preexec_fn=set_limits)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -254,12 +255,12 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     started: list[BrokerProcess] = []
 
     def start(overrides: dict[str, str] | None = None, *, config_file: Path | None = None,
-              file_limit: tuple[int, int] | None = None) -> BrokerProcess:
+              limits: dict[int, tuple[int, int]] | None = None) -> BrokerProcess:
         index = len(started)
         process = BrokerProcess(data_dir=tmp_path / f"broker{index}",
                                 log_path=tmp_path / f"broker{index}.log",
                                 overrides=dict(overrides or {}), config_file=config_file,
-                                file_limit=file_limit)
+                                limits=dict(limits or {}))
         started.append(process)
         return process.start()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_start_up_failures_are_one_line(tmp_path: Path, broker_process: Any) -> 
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one(broker_process: Any) -> None:
     """As the JVM does for Kafka: a soft limit of a few hundred would not hold the segments of
     a few hundred partitions."""
-    process = broker_process(file_limit=(300, 4096))
+    process = broker_process(limits={resource.RLIMIT_NOFILE: (300, 4096)})
     assert process.stop() == 0
     (event,) = process.events("open_file_limit_raised")
     assert (event["before"], event["limit"]) == (300, 4096)
@@ -104,7 +105,7 @@ def test_a_broker_short_of_file_descriptors_refuses_partitions_and_restarts(
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-    process = broker_process(file_limit=(400, 400))
+    process = broker_process(limits={resource.RLIMIT_NOFILE: (400, 400)})
     admin = AdminClient({"bootstrap.servers": process.bootstrap})
     admin.create_topics([NewTopic("wide", 100, 1)])["wide"].result(timeout=30)
     with pytest.raises(KafkaException) as raised:
@@ -126,4 +127,54 @@ def test_a_broker_short_of_file_descriptors_refuses_partitions_and_restarts(
     message = consumer.poll(30)
     consumer.close()
     assert message is not None and message.value() == b"still here"
+    assert process.stop() == 0
+
+
+def test_a_full_disk_fails_produces_and_keeps_what_was_acknowledged(
+        broker_process: Any) -> None:
+    """Writes that do not fit (a file-size limit stands in for a full disk: the same failed
+    write) are answered KAFKA_STORAGE_ERROR and cut back off the segment; the broker goes on
+    serving, and after a restart exactly the acknowledged records are there."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    process = broker_process({"log.segment.bytes": "10485760"},
+                             limits={resource.RLIMIT_FSIZE: (400_000, resource.RLIM_INFINITY)})
+    acked: list[bytes] = []
+    failed: list[str] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is None:
+            acked.append(message.value())
+        else:
+            failed.append(error.name())
+
+    producer = Producer({"bootstrap.servers": process.bootstrap, "linger.ms": 100,
+                         "batch.size": 1_000_000, "message.timeout.ms": 4000})
+    for index in range(100):
+        producer.produce("full", b"%04d" % index + b"x" * 996, partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0 and len(acked) == 100
+    # One batch of 600 KB: past the 400 KB the segment may grow to.
+    for index in range(100, 700):
+        producer.produce("full", b"%04d" % index + b"x" * 996, partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    assert len(acked) == 100 and len(failed) == 600
+    assert process.process is not None and process.process.poll() is None
+    errors = {e["error"] for e in process.events("request") if e["api"] == "Produce"}
+    assert errors == {"NONE", "KAFKA_STORAGE_ERROR"}
+    assert process.stop() == 0
+
+    process.limits = {}
+    process.start()
+    consumer = Consumer({"bootstrap.servers": process.bootstrap, "group.id": "check",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition("full", 0, 0)])
+    values: list[bytes] = []
+    while True:
+        message = consumer.poll(30)
+        assert message is not None
+        if message.error():
+            break  # end of the partition
+        values.append(message.value())
+    consumer.close()
+    assert values == acked
     assert process.stop() == 0
