@@ -121,3 +121,30 @@ async def test_partitions_that_cannot_be_opened_are_not_added(tmp_path: Path) ->
     lm.create_partitions("grow", 5)
     assert partition_dirs(tmp_path, "grow") == [f"grow-{i}" for i in range(5)]
     lm.close()
+
+
+def test_a_topic_whose_metadata_cannot_be_written_is_not_created(tmp_path: Path) -> None:
+    """The partitions open, then the topic metadata cannot be written (a file-size limit
+    stands in for a full disk): the logs go again and the topic is not there."""
+    lm = make(tmp_path)
+    lm.create_topic("first", 1)
+    metadata = (tmp_path / "topics.json").read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    # Room for the empty files of new partitions, not for metadata naming another topic.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(metadata), hard))
+    try:
+        with pytest.raises(se.StorageError) as raised:
+            lm.create_topic("second", 3)
+        with pytest.raises(se.StorageError):
+            lm.create_partitions("first", 10)  # one digit more than the metadata has room for
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert "Could not record topic 'second'" in raised.value.message
+    assert set(lm.topics) == {"first"} and lm.topics["first"].num_partitions == 1
+    assert partition_dirs(tmp_path, "second") == []
+    assert partition_dirs(tmp_path, "first") == ["first-0"]
+    assert (tmp_path / "topics.json").read_bytes() == metadata
+    lm = reopen(lm)
+    assert set(lm.topics) == {"first"}
+    lm.create_topic("second", 3)
+    lm.close()

@@ -179,23 +179,46 @@ class LogManager:
         descriptor left, a full disk), those created are closed and deleted and nothing is
         recorded, so the topic metadata never names a partition the broker could not open (a
         broker restarted on such metadata would fail to start)."""
-        created: list[PartitionLog] = []
+        created = 0
         try:
             for partition in partitions:
-                created.append(self._open_log(topic, partition, None))
+                self._open_log(topic, partition, None)
+                created += 1
         except OSError as exc:
-            for log in created:
-                self._logs.pop((log.topic, log.partition), None)
-                log.delete_files()
-            # The partial directory of the one that failed, if any.
-            shutil.rmtree(self.data_dir / f"{topic}-{partitions.start + len(created)}",
-                          ignore_errors=True)
+            # Those created and the partial directory of the one that failed.
+            self._discard_logs(topic, range(partitions.start, partitions.start + created + 1))
             emit("partition_create_failed", topic=topic, partitions=len(partitions),
-                 created=len(created), error=str(exc))
+                 created=created, error=str(exc))
             raise StorageError(
-                f"Could not create partition {partitions.start + len(created)} of topic "
+                f"Could not create partition {partitions.start + created} of topic "
                 f"'{topic}' ({exc}); none of the {len(partitions)} new partitions were "
                 "created.") from exc
+
+    def _record_topic(self, info: TopicInfo, previous: TopicInfo | None,
+                      new_partitions: range) -> None:
+        """Write the topic metadata that names the new partitions; if it cannot be written,
+        undo the creation (the metadata on disk still names what it named before)."""
+        self._topics[info.name] = info
+        try:
+            self._save_topics()
+        except OSError as exc:
+            if previous is None:
+                del self._topics[info.name]
+            else:
+                self._topics[info.name] = previous
+            self._discard_logs(info.name, new_partitions)
+            emit("partition_create_failed", topic=info.name, partitions=len(new_partitions),
+                 created=len(new_partitions), error=f"topic metadata: {exc}")
+            raise StorageError(f"Could not record topic '{info.name}' ({exc}); none of the "
+                               f"{len(new_partitions)} new partitions were created.") from exc
+
+    def _discard_logs(self, topic: str, partitions: range) -> None:
+        for partition in partitions:
+            log = self._logs.pop((topic, partition), None)
+            if log is not None:
+                log.delete_files()
+            else:
+                shutil.rmtree(self.data_dir / f"{topic}-{partition}", ignore_errors=True)
 
     def _load_topics(self) -> dict[str, TopicInfo]:
         path = self.data_dir / TOPICS_FILE
@@ -376,11 +399,10 @@ class LogManager:
         self._log_configs[name] = log_config
         try:
             self._open_new_logs(name, range(num_partitions))
+            self._record_topic(info, None, range(num_partitions))
         except StorageError:
             del self._log_configs[name]
             raise
-        self._topics[name] = info
-        self._save_topics()
         emit("topic_created", topic=name, partitions=num_partitions, internal=info.internal,
              configs=json.dumps(overrides))
         return info
@@ -420,8 +442,7 @@ class LogManager:
         if validate_only:
             return updated
         self._open_new_logs(name, range(info.num_partitions, new_total))
-        self._topics[name] = updated
-        self._save_topics()
+        self._record_topic(updated, info, range(info.num_partitions, new_total))
         emit("partitions_created", topic=name, partitions=new_total)
         return updated
 
