@@ -82,7 +82,8 @@ def test_start_up_failures_are_one_line(tmp_path: Path, broker_process: Any) -> 
                     "--override", f"listeners=PLAINTEXT://127.0.0.1:{running.port}")
     assert taken.returncode == 1
     assert taken.stderr.startswith("trio_broker: cannot start:")
-    assert "Address already in use" in taken.stderr
+    assert (f"Socket server failed to bind to 127.0.0.1:{running.port}: Address already in use"
+            in taken.stderr)
     for result in (locked, taken):
         assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert running.stop() == 0

@@ -42,6 +42,11 @@ async def open_listening_socket(host: str | None, port: int, *, backlog: int,
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         sock.bind(address)  # resolved above: nothing here blocks
         sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        # Kafka's words, naming the address (the bare OSError does not).
+        raise OSError(exc.errno, f"Socket server failed to bind to {host or ''}:{port}: "
+                                 f"{exc.strerror}.") from exc
     except BaseException:
         sock.close()
         raise
