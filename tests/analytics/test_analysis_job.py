@@ -522,3 +522,45 @@ def test_headline_percentiles_equal_percentile_disc(spark: Any) -> None:
     for api, values in expected.items():
         totals = [t for _, a, t in rows[:-3] if a == api]
         assert values == [_nearest_rank(totals, pct) for pct in PERCENTILES]  # type: ignore[arg-type]
+
+
+def test_slowest_requests_pruned_by_the_grain_bound(spark: Any) -> None:
+    """``slowest_requests`` with the grain's bound returns the rows it returns without one, on
+    lines whose service times tie around the cut (and some null), with 60 groups and with 20
+    (too few for a bound: no pruning)."""
+    import random
+
+    from trio_broker.analytics.tables import (
+        request_grain,
+        service_bound,
+        slowest_requests,
+        with_service_time,
+    )
+
+    rng = random.Random(11)
+    schema = ", ".join(
+        ["event string", "ts timestamp", "broker long", "api string", "api_version long",
+         "correlation_id long", "client_id string", "connection_id string", "error string",
+         "request_bytes long", "response_bytes long", "client_software_name string",
+         "client_software_version string"]
+        + [f"{column} double" for column in (*STAGES, "total_ms")])
+
+    def lines(clients: int) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        for n in range(3000):
+            api = rng.choice(["Produce", "Fetch", "Metadata"])
+            # Few distinct values: many ties at every rank, the 50th included.
+            total = None if n % 97 == 0 else float(rng.randrange(40))
+            stages = [float(rng.randrange(5)) for _ in STAGES]
+            rows.append(("request", BASE_TIME + timedelta(seconds=n), 1, api, 3, n,
+                         f"c{n % clients}", f"conn-{n % 13}", "NONE", 10, 20, "kafka", "1",
+                         *stages, total))
+        return rows
+
+    for clients, pruned in ((20, True), (7, False)):
+        frame = with_service_time(spark.createDataFrame(lines(clients), schema))
+        grain = request_grain(frame)
+        assert (service_bound(grain, 50) is not None) is pruned
+        got = slowest_requests(frame, 50, grain).collect()
+        assert got == slowest_requests(frame, 50).collect()
+        assert len(got) == 50

@@ -70,6 +70,7 @@ from .tables import (
     request_grain,
     request_queue_by_minute,
     saturation_by_minute,
+    service_bound,
     slowest_requests,
     throttled_clients,
     top_clients,
@@ -91,7 +92,7 @@ __all__ = [
     "group_rebalances", "invalid_frames", "iso_utc", "latency_by_api", "latency_by_client",
     "latency_by_client_api", "metrics_timeline", "mutes_by_reason", "problem_column",
     "read_logs", "rejected_connections", "request_queue_by_minute", "run_analysis",
-    "saturation_by_minute", "slowest_requests", "throttled_clients", "top_clients",
+    "saturation_by_minute", "service_bound", "slowest_requests", "throttled_clients", "top_clients",
     "transactions", "valid_events", "with_service_time", "wrong_field_column",
 ]
 
@@ -146,7 +147,7 @@ def _builders(slowest: int) -> dict[str, Callable[[Inputs], DataFrame]]:
         "latency_by_api": lambda i: latency_by_api(
             i.grain, headline_percentiles(i.events.where(F.col(KIND) == "request"))),
         "slowest_requests": lambda i: slowest_requests(
-            i.events.where(F.col(KIND) == "request"), slowest),
+            i.events.where(F.col(KIND) == "request"), slowest, i.grain),
         "latency_by_client": lambda i: latency_by_client(i.grain),
         "latency_by_client_api": lambda i: latency_by_client_api(i.grain),
         "errors_by_code": lambda i: errors_by_code(i.grain),

@@ -475,15 +475,41 @@ def dominant_stage_column() -> Column:
     return expression
 
 
-def slowest_requests(events: DataFrame, limit: int = 50) -> DataFrame:
+def service_bound(grain: DataFrame, limit: int) -> float | None:
+    """A lower bound of the ``limit``-th largest ``service_ms`` of the request lines, from the
+    per-group maxima of :func:`request_grain`: the ``limit``-th largest group maximum, or None
+    when fewer than ``limit`` groups have one.
+
+    Each of those ``limit`` groups has a line at its maximum, so at least ``limit`` lines have
+    a service time at or above the bound: every line of the top ``limit`` (ties included) does.
+    """
+    from pyspark.sql import functions as F
+
+    if limit <= 0:
+        return None
+    maxima = [row[0] for row in grain.where(F.col("max_service_ms").isNotNull())
+              .select("max_service_ms").orderBy(F.desc("max_service_ms")).limit(limit).collect()]
+    return maxima[-1] if len(maxima) == limit else None
+
+
+def slowest_requests(events: DataFrame, limit: int = 50,
+                     grain: DataFrame | None = None) -> DataFrame:
     """The ``limit`` slowest requests by service time (total time minus the expected wait of
     :func:`expected_wait_column`), with the stage that dominated each one's total time;
-    ``waited`` flags a request whose expected wait is most of its total time."""
+    ``waited`` flags a request whose expected wait is most of its total time.
+
+    With ``grain`` (:func:`request_grain` of the same lines), only the lines at or above
+    :func:`service_bound` are ordered: the same rows, fewer of them kept for the top ``limit``.
+    """
     from pyspark.sql import functions as F
 
     waited = F.col("expected_wait_ms") > F.col("service_ms")
+    requests = _of(events, "request")
+    bound = service_bound(grain, limit) if grain is not None else None
+    if bound is not None:
+        requests = requests.where(F.col("service_ms") >= F.lit(bound))
     # Ordered and cut first: the dominant stage is then worked out for the kept rows only.
-    return (_of(events, "request")
+    return (requests
             .select("ts", "broker", "api", "api_version", "correlation_id", "client_id",
                     "connection_id", "error", "request_bytes", "response_bytes", "service_ms",
                     "expected_wait_ms", "total_ms", *STAGES)
