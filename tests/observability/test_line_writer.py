@@ -129,3 +129,22 @@ def test_a_full_file_loses_lines_and_says_how_many(tmp_path: Any) -> None:
     # stream may still write part of a failed write's buffer once there is space again.
     assert report["lines"] > 0 and len(written) < 202 <= len(written) + report["lines"]
     assert len(written) == len(set(written))  # nothing written twice
+
+
+def test_a_rotation_that_fails_keeps_writing_to_the_same_file(
+        tmp_path: Any, restore_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broker.log"
+    (tmp_path / "broker.log.1").mkdir()  # the rotated name is taken: the rename fails
+    writer = log.configure_logging(broker_id=1, fmt="json", file=str(path), max_bytes=2_000,
+                                   backup_count=1)
+    for index in range(100):
+        log.emit("broker_stopped", uptime_s=float(index))
+        if index % 10 == 0:
+            writer.flush()
+    writer.flush()
+    assert writer._thread.is_alive()
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["uptime_s"] for line in lines] == [float(i) for i in range(100)]
+    err = capsys.readouterr().err
+    # Reported, and retried only once another max_bytes were written, not on every line.
+    assert 1 <= err.count("trio_broker: cannot write the log (IsADirectoryError") <= 6

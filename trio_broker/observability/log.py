@@ -186,6 +186,9 @@ class LineWriter:
                 self._path.unlink(missing_ok=True)
         except OSError as exc:  # not rotated: go on writing to the same file
             self._report_failure(exc)
+            self._open()
+            self._size = 0  # and try again only after another max_bytes, not every line
+            return
         self._open()
 
     def flush(self, timeout: float = 5.0) -> None:
