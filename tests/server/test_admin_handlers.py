@@ -428,6 +428,27 @@ async def test_metadata_auto_create_refused(tmp_path: Path) -> None:
         assert "nope" not in lm.topics
 
 
+async def test_metadata_auto_creates_at_most_10000_partitions_per_request(
+        tmp_path: Path) -> None:
+    """Kafka auto-creates a request's missing topics in one CreateTopics, refused whole past
+    10,000 partitions: none is created, the would-be-created get POLICY_VIOLATION."""
+    config = load_config({"log.dirs": str(tmp_path), "num.partitions": "100"})
+    with running(config) as broker:
+        await create(broker, "exists", 1)
+        names = ["exists", "__consumer_offsets", "in valid", *(f"t{i}" for i in range(101))]
+        answer = await call(broker, METADATA, 12, metadata_request(12, names))
+        codes = {t.name: t.error_code for t in answer.topics}
+        assert codes.pop("exists") == ErrorCode.none
+        assert codes.pop("__consumer_offsets") == ErrorCode.unknown_topic_or_partition
+        assert codes.pop("in valid") == ErrorCode.invalid_topic_exception
+        assert set(codes.values()) == {ErrorCode.policy_violation} and len(codes) == 101
+        assert set(broker.log_manager.topics) == {"exists"}
+        # Fewer at a time are created (10,000 exactly is allowed: checked for CreateTopics).
+        answer = await call(broker, METADATA, 12, metadata_request(12, names[3:5]))
+        assert {t.error_code for t in answer.topics} == {ErrorCode.none}
+        assert set(broker.log_manager.topics) == {"exists", "t0", "t1"}
+
+
 async def test_metadata_all_topics_and_by_id(storage_broker: Broker) -> None:
     await create(storage_broker, "b", 2)
     await create(storage_broker, "a", 1)

@@ -22,6 +22,7 @@ from ..context import RequestContext
 from ..registry import api_handler
 from ._admin import (
     CLUSTER_OPERATIONS,
+    MAX_PARTITIONS_PER_REQUEST,
     OPERATIONS_OMITTED,
     TOPIC_OPERATIONS,
     build,
@@ -104,6 +105,14 @@ def _auto_create(ctx: RequestContext, name: str) -> tuple[Any | None, ErrorCode]
     return info, ErrorCode.none
 
 
+def _to_create(requested: list[Any], topics: Mapping[str, Any]) -> int:
+    """How many topics of the request auto-creation would make (named, missing, valid, not
+    internal; before authorization, which is checked per topic as each is created)."""
+    names = {getattr(item, "name", None) for item in requested}
+    return sum(1 for name in names if name and name not in topics
+               and topic_name_problem(name) is None and not is_internal_topic(name))
+
+
 @api_handler(METADATA, MIN_VERSION, MAX_VERSION)
 async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
     """Answer a Metadata request of any supported version."""
@@ -119,6 +128,12 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
 
     entries: list[Any] = []
     requested = _requested(body, version)
+    # Kafka creates a request's missing topics in one CreateTopics, which its controller
+    # refuses whole past 10,000 partitions: then none is created here either.
+    refused_create = (allow_create and requested is not None and _to_create(requested, topics)
+                      * config.num_partitions > MAX_PARTITIONS_PER_REQUEST)
+    if refused_create:
+        allow_create = False
 
     # KafkaApis.handleTopicMetadataRequest: DESCRIBE on each topic. Asked for all topics,
     # the others are left out (denials not logged); named, they get TOPIC_AUTHORIZATION_FAILED
@@ -190,7 +205,10 @@ async def handle_metadata(ctx: RequestContext, body: Any) -> Any:
                     continue
                 entries.append(_error_entry(module, error, name))
                 continue
-            entries.append(_error_entry(module, ErrorCode.unknown_topic_or_partition, name))
+            missing = ErrorCode.unknown_topic_or_partition
+            if refused_create and not is_internal_topic(name):
+                missing = ErrorCode.policy_violation  # would have been created, but too many
+            entries.append(_error_entry(module, missing, name))
 
     with_cluster_ops = bool(getattr(body, "include_cluster_authorized_operations", False))
     return build(
