@@ -174,43 +174,36 @@ class LogManager:
         self._logs[(topic, partition)] = log
         return log
 
-    def _open_new_logs(self, topic: str, partitions: range) -> None:
-        """Create the logs of new partitions, all or none: if one cannot be created (no file
-        descriptor left, a full disk), those created are closed and deleted and nothing is
-        recorded, so the topic metadata never names a partition the broker could not open (a
-        broker restarted on such metadata would fail to start)."""
+    def _add_partitions(self, info: TopicInfo, previous: TopicInfo | None,
+                        partitions: range) -> None:
+        """Open the new partitions' logs, then write the topic metadata naming them: all or
+        none. If a log cannot be created (no file descriptor left, a full disk) or the metadata
+        cannot be written, the logs made are closed and deleted and the metadata stays as it
+        was, so it never names a partition the broker could not open (a broker restarted on
+        such metadata would fail to start)."""
         created = 0
         try:
             for partition in partitions:
-                self._open_log(topic, partition, None)
+                self._open_log(info.name, partition, None)
                 created += 1
-        except OSError as exc:
-            # Those created and the partial directory of the one that failed.
-            self._discard_logs(topic, range(partitions.start, partitions.start + created + 1))
-            emit("partition_create_failed", topic=topic, partitions=len(partitions),
-                 created=created, error=str(exc))
-            raise StorageError(
-                f"Could not create partition {partitions.start + created} of topic "
-                f"'{topic}' ({exc}); none of the {len(partitions)} new partitions were "
-                "created.") from exc
-
-    def _record_topic(self, info: TopicInfo, previous: TopicInfo | None,
-                      new_partitions: range) -> None:
-        """Write the topic metadata that names the new partitions; if it cannot be written,
-        undo the creation (the metadata on disk still names what it named before)."""
-        self._topics[info.name] = info
-        try:
+            self._topics[info.name] = info
             self._save_topics()
         except OSError as exc:
             if previous is None:
-                del self._topics[info.name]
+                self._topics.pop(info.name, None)
             else:
                 self._topics[info.name] = previous
-            self._discard_logs(info.name, new_partitions)
-            emit("partition_create_failed", topic=info.name, partitions=len(new_partitions),
-                 created=len(new_partitions), error=f"topic metadata: {exc}")
-            raise StorageError(f"Could not record topic '{info.name}' ({exc}); none of the "
-                               f"{len(new_partitions)} new partitions were created.") from exc
+            # Those created, and the partial directory of the one that failed.
+            self._discard_logs(info.name, range(
+                partitions.start, partitions.start + min(created + 1, len(partitions))))
+            recording = created == len(partitions)  # the logs were made, the metadata not
+            failed = (f"Could not record topic '{info.name}'" if recording
+                      else f"Could not create partition {partitions.start + created} of topic "
+                           f"'{info.name}'")
+            emit("partition_create_failed", topic=info.name, partitions=len(partitions),
+                 created=created, error=f"topic metadata: {exc}" if recording else str(exc))
+            raise StorageError(f"{failed} ({exc}); none of the {len(partitions)} new "
+                               "partitions were created.") from exc
 
     def _discard_logs(self, topic: str, partitions: range) -> None:
         for partition in partitions:
@@ -398,8 +391,7 @@ class LogManager:
             return info
         self._log_configs[name] = log_config
         try:
-            self._open_new_logs(name, range(num_partitions))
-            self._record_topic(info, None, range(num_partitions))
+            self._add_partitions(info, None, range(num_partitions))
         except StorageError:
             del self._log_configs[name]
             raise
@@ -441,8 +433,7 @@ class LogManager:
         updated = attrs.evolve(info, num_partitions=new_total)
         if validate_only:
             return updated
-        self._open_new_logs(name, range(info.num_partitions, new_total))
-        self._record_topic(updated, info, range(info.num_partitions, new_total))
+        self._add_partitions(updated, info, range(info.num_partitions, new_total))
         emit("partitions_created", topic=name, partitions=new_total)
         return updated
 
