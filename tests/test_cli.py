@@ -89,6 +89,35 @@ def test_start_up_failures_are_one_line(tmp_path: Path, broker_process: Any) -> 
     assert running.stop() == 0
 
 
+#: Runs the command as its console script does, with a real SIGINT delivered to the process
+#: at a chosen import (the moment a Ctrl-C lands is otherwise a matter of luck).
+_CTRL_C_DURING_IMPORT = """
+import builtins, os, signal, sys
+real_import = builtins.__import__
+def interrupting(name, *args, **kwargs):
+    if name == {module!r}:
+        builtins.__import__ = real_import
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupting
+sys.argv = ["trio_broker", "run", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override", "log.dirs=" + sys.argv[1]]
+from trio_broker.command import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("module", ["trio", "server.app"])
+def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path, module: str) -> None:
+    """Ctrl-C while the command imports its modules (``trio``: the command line itself;
+    ``server.app``, imported relatively by ``run``: after the configuration was read) ends
+    with one line and status 130, not a KeyboardInterrupt traceback."""
+    result = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_DURING_IMPORT.format(module=module), str(tmp_path)],
+        capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr == "trio_broker: interrupted during start-up\n"
+
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one(broker_process: Any) -> None:
     """As the JVM does for Kafka: a soft limit of a few hundred would not hold the segments of
     a few hundred partitions."""

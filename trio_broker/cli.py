@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from . import __version__
+from .command import INTERRUPTED
 from .config import (
     BrokerConfig,
     ConfigError,
@@ -145,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # modules): nothing is open yet, so stop without a traceback, with the shell's status
         # for an interrupt. From the start of the event loop on, Ctrl-C is a clean shutdown.
         print("trio_broker: interrupted during start-up", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 def raise_open_file_limit() -> tuple[int, int]:
