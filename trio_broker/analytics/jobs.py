@@ -11,6 +11,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -161,13 +162,22 @@ def _builders(slowest: int) -> dict[str, Callable[[Inputs], DataFrame]]:
     }
 
 
-def _answer_all(spark: SparkSession, inputs: Inputs, out: Path, slowest: int,
+#: The tables that scan the request lines of the copy (the others read the small cached
+#: inputs): submitted first, so the cheap tables fill the gaps beside them instead of
+#: leaving them to run last, alone (longest first).
+SCANNING_TABLES = ("request_queue_by_minute", "slowest_requests", "latency_by_api")
+
+
+def _submission_order() -> list[Question]:
+    """:data:`QUESTIONS`, the :data:`SCANNING_TABLES` first."""
+    return sorted(QUESTIONS, key=lambda q: q.name not in SCANNING_TABLES)
+
+
+def _answer_all(pool: Executor, inputs: Inputs, out: Path, slowest: int,
                 stage: Progress) -> dict[str, list[dict[str, Any]]]:
     """Every question's table, written as ``out/NAME.parquet`` and collected (in QUESTIONS
-    order). A few threads submit jobs at once, so one job's driver-side work (planning, the
-    write's commit, the collect) overlaps another's tasks."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    order). ``pool``'s threads submit jobs at once, so one job's driver-side work (planning,
+    the write's commit, the collect) and its last tasks overlap another's tasks."""
     from pyspark import StorageLevel
 
     builders = _builders(slowest)
@@ -184,21 +194,21 @@ def _answer_all(spark: SparkSession, inputs: Inputs, out: Path, slowest: int,
         stage(f"{question.name}: {len(rows)} row(s)")
         return rows
 
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="analyze") as pool:
-        answers = {q.name: pool.submit(answer, q) for q in QUESTIONS}
-        return {name: future.result() for name, future in answers.items()}
+    answers = {q.name: pool.submit(answer, q) for q in _submission_order()}
+    return {q.name: answers[q.name].result() for q in QUESTIONS}
 
 
-#: Shuffle partitions of the table jobs in local mode. Every table is small (a few thousand
-#: rows at most; the three that scan the request lines shuffle only their partial aggregates):
-#: one reduce task per job, and no range-sampling job before each table's sort, took about a
-#: sixth off the tables' time (docs/performance.md, analytics helper "an").
+#: Shuffle partitions of the jobs after the read in local mode. Every table is small (a few
+#: thousand rows at most; the jobs that scan the request lines, the line accounts and the
+#: request aggregation included, shuffle only their partial aggregates): one reduce task per
+#: job, and no range-sampling job before each table's sort, took about a sixth off the tables'
+#: time (docs/performance.md, analytics helper "an").
 TABLE_SHUFFLE_PARTITIONS = "1"
 
 
 @contextmanager
 def _table_shuffle(spark: SparkSession) -> Iterator[None]:
-    """Run the table jobs with :data:`TABLE_SHUFFLE_PARTITIONS` in local mode (a cluster's own
+    """Run the jobs after the read with :data:`TABLE_SHUFFLE_PARTITIONS` in local mode (a cluster's own
     setting is left alone), then put the session's setting back (a shared session)."""
     key = "spark.sql.shuffle.partitions"
     if not (spark.sparkContext.master or "").startswith("local"):
@@ -272,18 +282,24 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
          .partitionBy(KIND).option("parquet.enable.dictionary", "false").parquet(str(store)))
         stage("input read and parsed once (Parquet copy of the parsed lines)")
         parsed = spark.read.parquet(str(store))
-        accounts = account_lines(parsed, files, since, until)
         events = with_service_time(valid_events(parsed, since, until), fetch_max_wait_ms)
         other = events.where(F.col(KIND) == "other").persist(StorageLevel.MEMORY_ONLY)
         requests = events.where(F.col(KIND) == "request")
         grain = request_grain(requests).persist(StorageLevel.MEMORY_ONLY)
         cached += [other, grain]
-        # Filled once each before the table jobs run at once (they would all compute them).
-        groups = grain.count()
-        other.count()
-        stage(f"requests aggregated once ({groups} broker x client x API x error groups)")
-        with _table_shuffle(spark):
-            tables = _answer_all(spark, Inputs(events, other, grain), out, slowest, stage)
+        # From here on, threads submit jobs at once: the line accounts run beside everything
+        # else (they are needed only for the summary), the two caches fill side by side, and
+        # one job's driver-side work and last tasks overlap another's tasks.
+        with _table_shuffle(spark), ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="analyze") as pool:
+            accounting = pool.submit(account_lines, parsed, files, since, until)
+            # Filled once each before the table jobs run at once (they would all compute them).
+            other_filled = pool.submit(other.count)
+            groups = grain.count()
+            other_filled.result()
+            stage(f"requests aggregated once ({groups} broker x client x API x error groups)")
+            tables = _answer_all(pool, Inputs(events, other, grain), out, slowest, stage)
+            accounts = accounting.result()
     finally:
         for frame in cached:
             frame.unpersist()
