@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
     UserName,
 )
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.static.primitive import i8, i32
@@ -230,6 +232,44 @@ async def test_reauthentication_cannot_change_the_principal(start_broker: Any) -
     assert response.error_code == 58
     assert "Cannot change principals" in response.error_message
     assert await client.closed_by_peer()
+
+
+async def test_frames_above_sasl_server_max_receive_size_fail_until_authenticated(
+        start_broker: Any, log_events: Any) -> None:
+    """Kafka's SaslServerAuthenticator reads with sasl.server.max.receive.size until the client
+    has authenticated (CVE-2022-34917): a larger frame fails the authentication and closes the
+    connection as soon as its size prefix is read, so an anonymous peer cannot make the broker
+    buffer socket.request.max.bytes. Once authenticated, the usual limit applies again; a
+    re-authentication falls back to the SASL limit."""
+    running = await start_broker(sasl_settings(**{"sasl.server.max.receive.size": "4096",
+                                                  "connections.max.reauth.ms": "60000"}))
+    client = await WireClient.connect(running.port)
+    # 50 MB announced (socket.request.max.bytes is 100 MB), a little of it sent
+    await client.send_raw(struct.pack(">i", 50_000_000) + b"\0" * 1000)
+    assert await client.closed_by_peer()
+    [closed] = await log_events.wait_for("connection_closed", reason="invalid_frame")
+    assert "limit 4096" in closed["detail"]
+    [failed] = log_events.events("authentication_failed")
+    assert failed["error"] == "SASL_AUTHENTICATION_FAILED"
+    assert "invalid receive size" in failed["detail"]
+    metrics = running.broker.authentication_metrics
+    assert metrics.total("failed", "SASL_PLAINTEXT") == 1
+    # authenticated: a Metadata request of ~10 KB is served
+    client = await WireClient.connect(running.port)
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    big = MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=f"t{i:05}-" * 8)
+                                       for i in range(200)),
+                          allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+    assert len(client.encode(METADATA, 12, big)) > 4096
+    assert len((await client.request(METADATA, 12, big)).topics) == 200
+    # re-authenticating: the SASL limit again, until the exchange completes
+    handshake = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert handshake.error_code == 0
+    await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0" * 5000))
+    assert await client.closed_by_peer()
+    assert metrics.total("failed", "SASL_PLAINTEXT") == 2
+    assert not log_events.events("request_failed")
 
 
 async def test_scram_credentials_admin_apis(start_broker: Any, log_events: Any) -> None:

@@ -27,7 +27,7 @@ LISTENER_SECURITY_KEYS = frozenset({
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol",
     "ssl.cipher.suites", "ssl.endpoint.identification.algorithm", "ssl.principal.mapping.rules",
-    "sasl.enabled.mechanisms", "connections.max.reauth.ms",
+    "sasl.enabled.mechanisms", "connections.max.reauth.ms", "sasl.server.max.receive.size",
 })
 _JAAS_KEY_RE = re.compile(r"^(?P<mechanism>[a-z0-9-]+)\.sasl\.jaas\.config$")
 

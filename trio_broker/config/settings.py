@@ -381,6 +381,11 @@ class BrokerConfig:
         "Lifetime of a SASL session (KIP-368), told to clients in SaslAuthenticate v1+; a client "
         "must re-authenticate before it ends or is disconnected. 0: unlimited.",
         validator=at_least(0), group="Security")
+    sasl_server_max_receive_size: int = setting(
+        "sasl.server.max.receive.size", 524288,
+        "Largest frame a SASL connection may send before it has authenticated (and while it "
+        "re-authenticates); a larger one fails the authentication and closes the connection.",
+        validator=at_least(1), group="Security")
     connection_failed_authentication_delay_ms: int = setting(
         "connection.failed.authentication.delay.ms", 100,
         "Delay before the failure response and close of a failed authentication.",

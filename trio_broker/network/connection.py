@@ -277,6 +277,14 @@ class Connection(ResponseWriter):
                 return await self._read_loop()
             except InvalidFrameSize as exc:
                 emit("invalid_request", reason="invalid_size", size=exc.size, detail=str(exc))
+                auth = self.info.auth
+                if auth is not None and not auth.authenticated:
+                    # Kafka's SaslAuthenticationException "invalid receive size": a failed
+                    # authentication, closed without an answer.
+                    self._server.metrics.authentication.failed(self.info.listener)
+                    emit("authentication_failed", mechanism=auth.mechanism, principal="",
+                         error="SASL_AUTHENTICATION_FAILED",
+                         detail=f"Failing SASL authentication due to invalid receive size: {exc}")
                 return "invalid_frame", str(exc)
             except InvalidRequest as exc:
                 emit("invalid_request", reason=exc.reason, api_key=exc.api_key,
@@ -289,7 +297,18 @@ class Connection(ResponseWriter):
     async def _read_loop(self) -> tuple[str, str]:
         supported = self._server.supported_versions
         channel = self._processor.request_channel
+        auth = self.info.auth
+        decoder = self._decoder
+        max_bytes = decoder.limit
+        security = self._security
+        sasl_max = min(max_bytes, security.max_receive_size or max_bytes) if security else max_bytes
         while True:
+            if auth is not None:
+                # Until it has authenticated (and while it re-authenticates) a SASL client may
+                # send frames of sasl.server.max.receive.size only, as Kafka's
+                # SaslServerAuthenticator reads them: an anonymous peer cannot make the broker
+                # buffer socket.request.max.bytes per connection (CVE-2022-34917).
+                decoder.limit = max_bytes if auth.authenticated else sasl_max
             if not self._may_read_now():
                 await self._wait_until_readable()
             frame = self._buffered_frame()
@@ -306,7 +325,6 @@ class Connection(ResponseWriter):
             except InvalidRequest:
                 self._server.memory_pool.release(reserved)
                 raise
-            auth = self.info.auth
             if auth is not None and not auth.admits(decoded.api_key, trio.current_time()):
                 # Kafka's SaslServerAuthenticator: closed without an answer (ILLEGAL_SASL_STATE
                 # before authentication; an expired session, KIP-368).

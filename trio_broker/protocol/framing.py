@@ -32,12 +32,14 @@ class FrameDecoder:
     the size prefix).
     """
 
-    __slots__ = ("_buffer", "_limit", "_start")
+    __slots__ = ("_buffer", "_start", "limit")
 
     def __init__(self, max_frame_bytes: int) -> None:
         self._buffer = bytearray()
         self._start = 0
-        self._limit = max_frame_bytes
+        #: The largest size accepted; the caller may change it between frames (a SASL
+        #: connection reads with ``sasl.server.max.receive.size`` until it has authenticated).
+        self.limit = max_frame_bytes
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._start and self._start == len(self._buffer):
@@ -58,8 +60,8 @@ class FrameDecoder:
         if len(self._buffer) - self._start < SIZE_PREFIX_BYTES:
             return None
         (size,) = _SIZE.unpack_from(self._buffer, self._start)
-        if size < 0 or size > self._limit:
-            raise InvalidFrameSize(size, self._limit)
+        if size < 0 or size > self.limit:
+            raise InvalidFrameSize(size, self.limit)
         return size
 
     def next_frame(self) -> bytes | None:

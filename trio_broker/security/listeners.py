@@ -25,6 +25,8 @@ class ListenerSecurity:
     plain: dict[str, str] = attrs.field(factory=dict)
     scram: ScramStore | None = None
     reauth_ms: int = 0
+    #: sasl.server.max.receive.size: the frame limit until the connection has authenticated.
+    max_receive_size: int = 0
 
     @property
     def sasl(self) -> bool:
@@ -101,4 +103,5 @@ def _sasl_fields(config: BrokerConfig, name: str, store: ScramStore | None
     if store is None:
         store = ScramStore(config.data_dir)
     return {"mechanisms": mechanisms, "plain": plain, "scram": store,
-            "reauth_ms": config.security_setting(name, "connections.max.reauth.ms")}
+            "reauth_ms": config.security_setting(name, "connections.max.reauth.ms"),
+            "max_receive_size": config.security_setting(name, "sasl.server.max.receive.size")}
