@@ -30,6 +30,7 @@ from kio.static.primitive import i8, i32
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
 from trio_broker.config import ConfigError, load_config
 from trio_broker.security.listeners import listener_security
+from trio_broker.security.sasl import UNKNOWN_SCRAM_USER, AuthenticationFailed, SaslAuthenticator
 from trio_broker.security.scram import ScramStore, credential_from_password
 
 API_VERSIONS, METADATA, HANDSHAKE, AUTHENTICATE = 18, 3, 17, 36
@@ -269,6 +270,65 @@ async def test_frames_above_sasl_server_max_receive_size_fail_until_authenticate
     await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0" * 5000))
     assert await client.closed_by_peer()
     assert metrics.total("failed", "SASL_PLAINTEXT") == 2
+    assert not log_events.events("request_failed")
+
+
+def test_an_unknown_scram_user_fails_before_its_name_is_saslprepped() -> None:
+    """scramp's SASLprep of the claimed name costs ~3 µs per character on the event loop (a
+    500 KB name held the whole broker for 1.5 s): an unknown name fails first, looked up as
+    sent (Kafka does not SASLprep names). U+00AD is one SASLprep maps to nothing."""
+    cred = credential_from_password("SCRAM-SHA-256", "pw", 4096)
+    looked_up: list[str] = []
+
+    def lookup(user: str, mechanism: str) -> Any:
+        looked_up.append(user)
+        return cred if user == "alice" else None
+
+    auth = SaslAuthenticator(("SCRAM-SHA-256",), {}, lookup, 0)
+    assert auth.handshake("SCRAM-SHA-256")
+    name = "nobody" + "\u00ad" * 100_000
+    with pytest.raises(AuthenticationFailed) as failed:
+        auth.authenticate(f"n,,n={name},r=abc".encode(), 0.0)
+    assert failed.value.message == UNKNOWN_SCRAM_USER
+    assert looked_up == [name]
+    # a known user still goes through scramp (SASLprep and all)
+    auth = SaslAuthenticator(("SCRAM-SHA-256",), {}, lookup, 0)
+    assert auth.handshake("SCRAM-SHA-256")
+    client = scramp.ScramClient(["SCRAM-SHA-256"], "alice", "pw")
+    done, first = auth.authenticate(client.get_client_first().encode(), 0.0)
+    client.set_server_first(first.decode())
+    assert auth.authenticate(client.get_client_final().encode(), 0.0)[0]
+    assert auth.principal == "User:alice"
+
+
+async def test_a_huge_scram_name_fails_and_the_broker_keeps_serving(start_broker: Any,
+                                                                    log_events: Any) -> None:
+    running = await start_broker(sasl_settings(
+        **{"connection.failed.authentication.delay.ms": "0"}))
+    client = await WireClient.connect(running.port)
+    handshake = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    assert handshake.error_code == 0
+    response = await client.request(AUTHENTICATE, 2, SaslAuthenticateRequest(
+        auth_bytes=b"n,,n=" + b"m" * 500_000 + b",r=abc"))
+    assert (response.error_code, response.error_message) == (58, UNKNOWN_SCRAM_USER)
+    assert await client.closed_by_peer()
+    other = await WireClient.connect(running.port)
+    assert (await plain_login(other, "admin", "admin-secret")).error_code == 0
+    await other.aclose()
+    assert not log_events.events("request_failed")
+
+
+async def test_an_unreadable_credentials_file_fails_scram_logins(start_broker: Any,
+                                                                 log_events: Any) -> None:
+    """A hand-edited, broken scram-credentials.json: a failed authentication (58), never an
+    UNKNOWN_SERVER_ERROR from the handler."""
+    running = await start_broker(sasl_settings(
+        **{"connection.failed.authentication.delay.ms": "0"}))
+    (running.data_dir / "scram-credentials.json").write_text("{not json", encoding="utf-8")
+    client = await WireClient.connect(running.port)
+    response = await scram_login(client, "SCRAM-SHA-256", "alice", "pw")
+    assert response.error_code == 58
+    assert await client.closed_by_peer()
     assert not log_events.events("request_failed")
 
 
