@@ -103,6 +103,23 @@ async def test_scram_login_against_stored_credentials(start_broker: Any, log_eve
     assert (ok["mechanism"], ok["principal"]) == (mechanism, "User:bob")
 
 
+@pytest.mark.parametrize("user", ["a,b=c", "=2C", "x=3Dy", "ü€ x"])
+async def test_scram_user_names_with_escaped_characters(start_broker: Any, log_events: Any,
+                                                        user: str) -> None:
+    """RFC 5802 saslname: ',' is sent as '=2C' and '=' as '=3D', unescaped exactly once (a
+    user named "=2C" is not the user ",")."""
+    running = await start_broker(sasl_settings())
+    store = ScramStore(running.data_dir)
+    store.alter([(user, "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "pw", 4096)),
+                 (",", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "other", 4096))],
+                [])
+    client = await WireClient.connect(running.port)
+    assert (await scram_login(client, "SCRAM-SHA-256", user, "pw")).error_code == 0
+    await client.aclose()
+    [ok] = await log_events.wait_for("authentication_succeeded")
+    assert ok["principal"] == f"User:{user}"
+
+
 async def test_wrong_password_fails_after_the_delay_then_closes(
         start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
     autojump_clock.autojump_threshold = 0.02

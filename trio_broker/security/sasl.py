@@ -252,8 +252,9 @@ class SaslAuthenticator:
                     raise AuthenticationFailed(UNKNOWN_SCRAM_USER, self._principal_tried())
             unknown: list[str] = []
 
-            def lookup(name: str) -> tuple[bytes, bytes, bytes, int]:
-                user = _sasl_name(name)
+            def lookup(user: str) -> tuple[bytes, bytes, bytes, int]:
+                # scramp has unescaped the saslname already: once more would make a user
+                # named "=2C" the user ",".
                 self._scram_user = user
                 cred = self._scram(user, mechanism)
                 if cred is None:
