@@ -185,6 +185,37 @@ async def test_only_api_versions_and_sasl_before_authentication(start_broker: An
     assert metrics.total("successful", "SASL_PLAINTEXT") == 0
 
 
+async def test_one_api_versions_before_the_handshake(start_broker: Any,
+                                                   log_events: Any) -> None:
+    """Kafka's SaslServerAuthenticator answers one ApiVersions, before SaslHandshake (and
+    another after UNSUPPORTED_VERSION, as clients retry); any other closes the connection, so
+    an unauthenticated client cannot hold it with ApiVersions alone. Authenticated, any
+    number."""
+    running = await start_broker(sasl_settings())
+    client = await WireClient.connect(running.port)
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert await client.closed_by_peer()
+    [closed] = await log_events.wait_for("connection_closed", reason="illegal_sasl_state")
+    assert "one ApiVersions before SaslHandshake" in closed["detail"]
+    # an unsupported version, then the retry, then the login
+    client = await WireClient.connect(running.port)
+    header = struct.pack(">hhi", API_VERSIONS, 99, 42) + struct.pack(">h", 1) + b"x"
+    await client.send_raw(struct.pack(">i", len(header) + 3) + header + b"\x00\x00\x00")
+    assert await client.receive_frame() is not None  # UNSUPPORTED_VERSION, as v0
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    for _ in range(3):
+        assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.aclose()
+    # after SaslHandshake, ApiVersions is refused
+    client = await WireClient.connect(running.port)
+    await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    assert await client.closed_by_peer()
+    assert running.broker.authentication_metrics.total("failed", "SASL_PLAINTEXT") == 2
+
+
 async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
                                                                         ) -> None:
     running = await start_broker(sasl_settings("SCRAM-SHA-512"))

@@ -325,11 +325,14 @@ class Connection(ResponseWriter):
             except InvalidRequest:
                 self._server.memory_pool.release(reserved)
                 raise
-            if auth is not None and not auth.admits(decoded.api_key, trio.current_time()):
+            if auth is not None and not auth.admits(decoded.api_key, trio.current_time(),
+                                                    decoded.unsupported_version):
                 # Kafka's SaslServerAuthenticator: closed without an answer (ILLEGAL_SASL_STATE
                 # before authentication; an expired session, KIP-368).
                 self._server.memory_pool.release(reserved)
                 state = "session expired" if auth.authenticated else "not authenticated"
+                if decoded.api_key == API_VERSIONS_KEY and not auth.authenticated:
+                    state += " (one ApiVersions before SaslHandshake only)"
                 if not auth.authenticated:
                     # An IllegalSaslStateException: Kafka counts a failed authentication.
                     self._server.metrics.authentication.failed(self.info.listener)

@@ -153,17 +153,28 @@ class SaslAuthenticator:
         self.reauthenticating = False
         self._scram_server: scramp.ScramServer | None = None
         self._scram_user = ""
+        self._api_versions_answered = False
 
     @property
     def authenticated(self) -> bool:
         return self.state is State.COMPLETE
 
-    def admits(self, api_key: int, now: float) -> bool:
-        """Whether a request of ``api_key`` may be served now; otherwise the connection closes
-        (Kafka's ILLEGAL_SASL_STATE before authentication, expiry after an unrenewed session)."""
+    def admits(self, api_key: int, now: float, unsupported_version: bool = False) -> bool:
+        """Whether a request of ``api_key`` may be served now (recording an ApiVersions that
+        is); otherwise the connection closes (Kafka's ILLEGAL_SASL_STATE before
+        authentication, expiry after an unrenewed session)."""
         if self.state is State.COMPLETE and not self.reauthenticating:
             expires = self.session_expires_at
             return expires is None or now <= expires or api_key == SASL_HANDSHAKE
+        if api_key == API_VERSIONS:
+            # Kafka's SaslServerAuthenticator answers one ApiVersions, before SaslHandshake
+            # (again after an UNSUPPORTED_VERSION answer: clients retry with a version the
+            # broker knows). Otherwise an unauthenticated client could hold its connection
+            # forever, idle expiry never coming, with ApiVersions alone.
+            if self.state is not State.HANDSHAKE or self._api_versions_answered:
+                return False
+            self._api_versions_answered = not unsupported_version
+            return True
         return api_key in PRE_AUTHENTICATION_APIS
 
     def handshake(self, mechanism: str) -> bool:
