@@ -3,6 +3,7 @@ handshakes, and the start-up errors of keys that are not implemented."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import ssl
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
 from trio_broker.config import ConfigError, load_config
@@ -116,6 +118,31 @@ async def test_required_client_auth_refuses_a_client_without_certificate(
     assert log_events.events("authentication_failed", mechanism="SSL")
 
 
+async def test_required_client_auth_refuses_a_certificate_of_another_ca(
+        start_broker: Any, certs: Certs, log_events: Any) -> None:
+    running = await start_broker(tls_settings(
+        certs, **{"ssl.client.auth": "required", "ssl.truststore.location": str(certs.ca_pem)}))
+    other = trustme.CA(organization_name="mallory")
+    context = client_context(certs)
+    other.issue_cert("mallory@example.com", common_name="mallory").configure_cert(context)
+    try:
+        client = await tls_client(running.port, context)
+    except trio.BrokenResourceError:
+        pass  # TLS 1.2: refused during the handshake
+    else:  # TLS 1.3: the client learns of the refusal on its first read
+        with pytest.raises(trio.BrokenResourceError):
+            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+            assert await client.closed_by_peer()
+            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
+    assert "certificate verify failed" in closed["detail"]
+    assert not log_events.events("authentication_succeeded")
+    assert not log_events.events("request")
+    client = await tls_client(running.port, client_context(certs, with_cert=True))
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.aclose()
+
+
 async def test_client_with_the_wrong_ca_fails_and_the_broker_keeps_serving(
         start_broker: Any, certs: Certs, log_events: Any) -> None:
     running = await start_broker(tls_settings(certs))
@@ -148,6 +175,65 @@ async def test_a_silent_client_costs_its_task_until_idle_expiry_never_the_accept
     [closed] = log_events.events("connection_closed", reason="ssl_handshake_failed")
     assert "connections.max.idle.ms" in closed["detail"]
     await silent.aclose()
+
+
+def client_hello(certs: Certs) -> bytes:
+    """The first flight of a real TLS client: its ClientHello."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(certs).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+async def read_until_closed(stream: trio.SocketStream) -> None:
+    with contextlib.suppress(trio.BrokenResourceError):
+        while await stream.receive_some(65536):
+            pass
+
+
+async def test_half_open_handshakes_and_garbage_never_block_a_good_client(
+        start_broker: Any, certs: Certs, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A crowd of clients that send a ClientHello and fall silent, plain-text Kafka frames,
+    garbage, or close mid-handshake: each costs its own task only; a good client is served
+    meanwhile, the silent ones are closed at connections.max.idle.ms, and every one is an
+    ssl_handshake_failed event."""
+    autojump_clock.autojump_threshold = 0.02
+    running = await start_broker(tls_settings(certs, **{"connections.max.idle.ms": "60000"}))
+    hello = client_hello(certs)
+    silent = []
+    for _ in range(60):
+        stream = await trio.open_tcp_stream("127.0.0.1", running.port)
+        await stream.send_all(hello)
+        silent.append(stream)
+    plain = WireClient(await trio.open_tcp_stream("127.0.0.1", running.port))
+    await plain.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    garbage = await trio.open_tcp_stream("127.0.0.1", running.port)
+    await garbage.send_all(b"\x16\x03\x01\xff\xff" + bytes(range(256)) * 4)
+    quitter = await trio.open_tcp_stream("127.0.0.1", running.port)
+    await quitter.send_all(hello[:20])
+    await quitter.aclose()
+    started = trio.current_time()
+    client = await tls_client(running.port, client_context(certs))
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.aclose()
+    assert await plain.closed_by_peer()
+    await read_until_closed(garbage)
+    assert trio.current_time() - started < 1
+    for stream in silent:
+        await read_until_closed(stream)  # the ServerHello, then the close
+        await stream.aclose()
+    assert 60 <= trio.current_time() - started < 61
+    with trio.fail_after(5):  # the broker logs each close after the socket's
+        while len(failed := log_events.events("connection_closed",
+                                              reason="ssl_handshake_failed")) < 63:
+            await trio.sleep(0.01)
+    assert len(failed) == 63
+    assert sum("connections.max.idle.ms" in e["detail"] for e in failed) == 60
+    assert not [e for e in log_events.events("connection_closed") if e["reason"] == "error"]
+    await plain.aclose()
+    await garbage.aclose()
 
 
 def test_jks_and_pkcs12_are_refused_naming_the_key(certs: Certs) -> None:
