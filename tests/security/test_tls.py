@@ -143,6 +143,19 @@ async def test_required_client_auth_refuses_a_certificate_of_another_ca(
     await client.aclose()
 
 
+async def test_a_corrupt_tls_record_closes_the_connection_saying_why(
+        start_broker: Any, certs: Certs, log_events: Any) -> None:
+    running = await start_broker(tls_settings(certs))
+    client = await tls_client(running.port, client_context(certs))
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    tcp = client.stream.transport_stream  # type: ignore[attr-defined]
+    await tcp.send_all(b"\x17\x03\x03\x00\x20" + b"A" * 32)  # application data, bad MAC
+    [closed] = await log_events.wait_for("connection_closed")
+    assert closed["reason"] == "client"
+    assert "SSLError" in closed["detail"]  # OpenSSL's reason, not a bare BrokenResourceError
+    await tcp.aclose()
+
+
 async def test_client_with_the_wrong_ca_fails_and_the_broker_keeps_serving(
         start_broker: Any, certs: Certs, log_events: Any) -> None:
     running = await start_broker(tls_settings(certs))

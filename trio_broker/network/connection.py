@@ -291,7 +291,7 @@ class Connection(ResponseWriter):
                      api_version=exc.api_version, detail=exc.detail)
                 return "invalid_frame", f"{exc.reason}: {exc.detail}"
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                return "client", f"receive failed: {exc!r}"
+                return "client", _receive_failure(exc)
         return "shutdown", ""
 
     async def _read_loop(self) -> tuple[str, str]:
@@ -527,7 +527,7 @@ class Connection(ResponseWriter):
                 await self._receive(min(RECEIVE_BYTES, READ_AHEAD_BYTES - decoder.buffered))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             # The reader serves what is buffered and then ends the connection with this.
-            self._eof = f"receive failed: {exc!r}"
+            self._eof = _receive_failure(exc)
 
     def _received(self, data: bytes | bytearray) -> None:
         if data:
@@ -547,6 +547,16 @@ class Connection(ResponseWriter):
             self.info.client_software_name = name
             self.info.client_software_version = version
             emit("client_registered", client_software_name=name, client_software_version=version)
+
+
+def _receive_failure(exc: trio.BrokenResourceError | trio.ClosedResourceError) -> str:
+    """The ``detail`` of a connection whose receive failed. An SSLStream's error is a bare
+    BrokenResourceError raised from OpenSSL's: its cause is the part that says what happened
+    (a bad record MAC, a refused renegotiation, an EOF without close_notify)."""
+    cause = exc.__cause__
+    if not exc.args and cause is not None:
+        return f"receive failed: {exc!r} ({cause!r})"
+    return f"receive failed: {exc!r}"
 
 
 def _socket_of(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
