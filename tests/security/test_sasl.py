@@ -216,6 +216,27 @@ async def test_one_api_versions_before_the_handshake(start_broker: Any,
     assert running.broker.authentication_metrics.total("failed", "SASL_PLAINTEXT") == 2
 
 
+async def test_pipelined_login_is_served_in_order(start_broker: Any, log_events: Any) -> None:
+    """With pipelining (connection.max.inflight.requests > 1) a connection still reads one
+    request at a time until it has authenticated, as Kafka's SaslServerAuthenticator: a burst
+    of ApiVersions, SaslHandshake, SaslAuthenticate and Metadata is answered in order, the
+    Metadata as the logged-in user."""
+    running = await start_broker(sasl_settings(**{"connection.max.inflight.requests": "8"}))
+    client = await WireClient.connect(running.port)
+    burst = [(API_VERSIONS, 3, API_VERSIONS_V3),
+             (HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN")),
+             (AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0admin\0admin-secret")),
+             (METADATA, 12, METADATA_ALL_V12), (METADATA, 12, METADATA_ALL_V12)]
+    await client.send_raw(b"".join(client.encode(*request) for request in burst))  # one write
+    answers = [await client.receive() for _ in burst]
+    assert [correlation for correlation, _ in answers] == sorted(c for c, _ in answers)
+    assert [body.error_code for _, body in answers[:3]] == [0, 0, 0]
+    assert answers[3][1].brokers and answers[4][1].brokers
+    await client.aclose()
+    metadata = log_events.events("request", api="Metadata")
+    assert [r["principal"] for r in metadata] == ["User:admin"] * 2
+
+
 async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
                                                                         ) -> None:
     running = await start_broker(sasl_settings("SCRAM-SHA-512"))

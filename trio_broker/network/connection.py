@@ -302,15 +302,22 @@ class Connection(ResponseWriter):
         max_bytes = decoder.limit
         security = self._security
         sasl_max = min(max_bytes, security.max_receive_size or max_bytes) if security else max_bytes
+        max_inflight = self._max_inflight
         while True:
+            if auth is not None and not self._serial:
+                # Pipelining: one request at a time until authenticated (and while
+                # re-authenticating), as Kafka's SaslServerAuthenticator reads them. Otherwise
+                # SaslAuthenticate could be handled before its SaslHandshake, or a request
+                # sent right after SaslAuthenticate judged before the login completed.
+                self._max_inflight = max_inflight if auth.authenticated else 1
+            if not self._may_read_now():
+                await self._wait_until_readable()
             if auth is not None:
                 # Until it has authenticated (and while it re-authenticates) a SASL client may
                 # send frames of sasl.server.max.receive.size only, as Kafka's
                 # SaslServerAuthenticator reads them: an anonymous peer cannot make the broker
                 # buffer socket.request.max.bytes per connection (CVE-2022-34917).
                 decoder.limit = max_bytes if auth.authenticated else sasl_max
-            if not self._may_read_now():
-                await self._wait_until_readable()
             frame = self._buffered_frame()
             if frame is None:
                 frame = await self._read_frame()
