@@ -385,6 +385,9 @@ async def test_a_huge_scram_name_fails_and_the_broker_keeps_serving(start_broker
     assert (await plain_login(other, "admin", "admin-secret")).error_code == 0
     await other.aclose()
     assert not log_events.events("request_failed")
+    # The claimed name is logged cut short: one attempt cannot write 500 KB into the log.
+    (failed,) = log_events.events("authentication_failed")
+    assert failed["principal"] == f"User:{'m' * 251}... (499749 more characters)"
 
 
 async def test_an_unreadable_credentials_file_fails_scram_logins(start_broker: Any,

@@ -168,8 +168,9 @@ _EVENT_LIST = [
           {**CONNECTION_FIELDS, "mechanism": STRING, "principal": STRING,
            "reauthentication": BOOLEAN}),
     _spec("authentication_failed", "A client failed to authenticate (a failed TLS handshake is "
-          "mechanism SSL); principal is the one it claimed, if any. The SASL failure response "
-          "and the close follow after connection.failed.authentication.delay.ms.",
+          "mechanism SSL); principal is the one it claimed, if any (cut to 256 characters). The "
+          "SASL failure response and the close follow after "
+          "connection.failed.authentication.delay.ms.",
           {**CONNECTION_FIELDS, "mechanism": STRING, "principal": STRING, "error": STRING,
            "detail": STRING}, "warning"),
     _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS,

@@ -41,6 +41,21 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
+#: The longest claimed principal an ``authentication_failed`` line carries whole. The name
+#: comes from a peer that has not authenticated (up to ``sasl.server.max.receive.size``): a
+#: line of that size per attempt would let one client fill the broker's log.
+MAX_LOGGED_PRINCIPAL = 256
+
+
+def loggable_principal(principal: str) -> str:
+    """``principal`` for the log: cut to :data:`MAX_LOGGED_PRINCIPAL` characters, saying how
+    many more there were."""
+    if len(principal) <= MAX_LOGGED_PRINCIPAL:
+        return principal
+    return (f"{principal[:MAX_LOGGED_PRINCIPAL]}... "
+            f"({len(principal) - MAX_LOGGED_PRINCIPAL} more characters)")
+
+
 @api_handler(SASL_HANDSHAKE, 0, 1, control_plane=True)
 async def handle_sasl_handshake(ctx: RequestContext, body: Any) -> Any:
     module = response_module(SASL_HANDSHAKE, ctx.api_version)
@@ -90,7 +105,8 @@ async def handle_sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
         done, token = auth.authenticate(bytes(body.auth_bytes), trio.current_time())
     except AuthenticationFailed as failed:
         ctx.broker.authentication_metrics.failed(connection.listener)
-        emit("authentication_failed", mechanism=auth.mechanism, principal=failed.principal,
+        emit("authentication_failed", mechanism=auth.mechanism,
+             principal=loggable_principal(failed.principal),
              error="SASL_AUTHENTICATION_FAILED", detail=failed.message)
         response = answer(ErrorCode.sasl_authentication_failed, failed.message)
         delay = ctx.broker.config.connection_failed_authentication_delay_ms / 1000
