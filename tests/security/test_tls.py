@@ -41,6 +41,19 @@ async def tls_client(port: int, context: ssl.SSLContext) -> WireClient:
     return WireClient(stream)  # type: ignore[arg-type]
 
 
+async def assert_refused(port: int, context: ssl.SSLContext) -> None:
+    """The broker refuses the client's handshake: during it (TLS 1.2), or the client learns of
+    it on its first read (TLS 1.3, where the client's handshake ends before the server's)."""
+    try:
+        client = await tls_client(port, context)
+    except trio.BrokenResourceError:
+        return
+    with pytest.raises(trio.BrokenResourceError):
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+        assert await client.closed_by_peer()
+        await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+
+
 async def test_ssl_listener_serves_requests(start_broker: Any, certs: Certs,
                                             log_events: Any) -> None:
     running = await start_broker(tls_settings(certs))
@@ -104,15 +117,7 @@ async def test_required_client_auth_refuses_a_client_without_certificate(
         start_broker: Any, certs: Certs, log_events: Any) -> None:
     running = await start_broker(tls_settings(
         certs, **{"ssl.client.auth": "required", "ssl.truststore.location": str(certs.ca_pem)}))
-    try:
-        client = await tls_client(running.port, client_context(certs))
-    except trio.BrokenResourceError:
-        pass  # TLS 1.2: refused during the handshake
-    else:  # TLS 1.3: the client learns of the refusal on its first read
-        with pytest.raises(trio.BrokenResourceError):
-            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
-            assert await client.closed_by_peer()
-            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    await assert_refused(running.port, client_context(certs))
     [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
     assert closed["peer"].startswith("127.0.0.1:")
     assert log_events.events("authentication_failed", mechanism="SSL")
@@ -125,15 +130,7 @@ async def test_required_client_auth_refuses_a_certificate_of_another_ca(
     other = trustme.CA(organization_name="mallory")
     context = client_context(certs)
     other.issue_cert("mallory@example.com", common_name="mallory").configure_cert(context)
-    try:
-        client = await tls_client(running.port, context)
-    except trio.BrokenResourceError:
-        pass  # TLS 1.2: refused during the handshake
-    else:  # TLS 1.3: the client learns of the refusal on its first read
-        with pytest.raises(trio.BrokenResourceError):
-            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
-            assert await client.closed_by_peer()
-            await client.send(API_VERSIONS, 3, API_VERSIONS_V3)
+    await assert_refused(running.port, context)
     [closed] = await log_events.wait_for("connection_closed", reason="ssl_handshake_failed")
     assert "certificate verify failed" in closed["detail"]
     assert not log_events.events("authentication_succeeded")
