@@ -267,3 +267,35 @@ async def test_pending_transactional_offsets_are_unstable_for_require_stable(bro
         assert await offset_fetch(True) == (E.none, 5)
     finally:
         await client.aclose()
+
+
+async def test_txn_offset_commit_fences_a_generation_of_a_missing_group(broker: Any) -> None:
+    """Kafka's validateTransactionalOffsetCommit: a producer naming a generation of a group
+    that does not exist is a zombie (ILLEGAL_GENERATION); generation -1 is a simple commit."""
+    broker.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(broker.port)
+    try:
+        init = await init_pid(client, "tx")
+        pid = int(init.producer_id)
+        m = mod(ADD_OFFSETS, 3)
+        answer = await client.request(ADD_OFFSETS, 3, m.AddOffsetsToTxnRequest(
+            transactional_id="tx", producer_id=pid, producer_epoch=0, group_id="gone"))
+        assert answer.error_code is E.none
+        m = mod(TXN_OFFSET_COMMIT, 3)
+
+        async def commit(generation: int, member: str) -> Any:
+            answer = await client.request(TXN_OFFSET_COMMIT, 3, m.TxnOffsetCommitRequest(
+                transactional_id="tx", group_id="gone", producer_id=pid, producer_epoch=0,
+                generation_id=generation, member_id=member, group_instance_id=None,
+                topics=(m.TxnOffsetCommitRequestTopic(name="t", partitions=(
+                    m.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                        committed_metadata=""),)),)))
+            return answer.topics[0].partitions[0].error_code
+
+        assert await commit(3, "ghost") is E.illegal_generation
+        assert await commit(-1, "ghost") is E.none
+        assert await commit(-1, "") is E.none
+        assert await end_txn(client, "tx", pid, 0, True) is E.none
+    finally:
+        await client.aclose()

@@ -57,8 +57,9 @@ class TxnOffsets:
 
     def validate(self, group_id: str, generation_id: int, member_id: str,
                  instance_id: str | None) -> ErrorCode:
-        """Kafka's ``doTxnCommitOffsets`` checks: a known member of the current generation
-        when the producer names one (KIP-447), anything when it does not."""
+        """Kafka's ``validateTransactionalOffsetCommit`` checks: a known member of the current
+        generation when the producer names one (KIP-447), anything when it does not or when
+        the group is empty and the generation is -1."""
         # A KIP-848 consumer group checks the member epoch instead of a generation.
         consumer = self.groups.consumer_groups.check_commit(group_id, generation_id, member_id,
                                                             transactional=True)
@@ -66,15 +67,21 @@ class TxnOffsets:
             return ErrorCode(consumer)
         group = self.groups.groups.get(group_id)
         if group is None:
-            return E.none
+            # A generation of a group that does not exist cannot be current (a zombie's).
+            return E.illegal_generation if generation_id >= 0 else E.none
         if group.state is GroupState.DEAD:
             return E.coordinator_not_available
-        if member_id and not group.has_member(member_id):
-            return E.unknown_member_id
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return E.none
+        if generation_id < 0 and not member_id and instance_id is None:
+            # Older producers send neither (TxnOffsetCommit v0-v2 have no member fields).
+            return E.none
         if instance_id is not None and group.static_member_id(instance_id) not in (None,
                                                                                     member_id):
             return E.fenced_instance_id
-        if generation_id >= 0 and generation_id != group.generation_id:
+        if not group.has_member(member_id):
+            return E.unknown_member_id
+        if generation_id != group.generation_id:
             return E.illegal_generation
         return E.none
 
