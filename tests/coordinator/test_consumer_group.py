@@ -189,6 +189,22 @@ def test_regex_subscription_follows_new_topics() -> None:
     assert ("orders-us", 0) in result.assignment and result.member_epoch == 2  # type: ignore
 
 
+@pytest.mark.timeout(30)
+def test_regex_matching_takes_linear_time_as_kafkas_re2() -> None:
+    # A backtracking engine takes 2**n steps for (a+)+ against "a"*n + "-" (a legal topic
+    # name): one heartbeat held the whole broker. RE2 answers at once, as RE2/J does in Kafka,
+    # and refuses what RE2/J refuses (backreferences, lookarounds).
+    group = ConsumerGroup("g", GroupSettings())
+    topics = {"a" * 64 + "-": 1, "aaa": 2}
+    first = group.heartbeat(HeartbeatRequest("a", 0, subscribed_topic_regex="(a+)+"), topics)
+    assert first.assignment == tps(("aaa", 0), ("aaa", 1))  # type: ignore
+    for pattern in (r"(a)\1", "(?=a).*", "(?<!b)a"):
+        with pytest.raises(HeartbeatError) as refused:
+            group.heartbeat(HeartbeatRequest("b", 0, subscribed_topic_regex=pattern), topics)
+        assert refused.value.code == "invalid_regular_expression"
+        assert refused.value.message
+
+
 def test_regex_matches_only_topics_the_principal_may_describe() -> None:
     # Kafka resolves a regex against the topics its member's principal may DESCRIBE.
     group = ConsumerGroup("g", GroupSettings())

@@ -20,11 +20,11 @@ The rules are Kafka's (``GroupMetadataManager`` and ``CurrentAssignmentBuilder``
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import re2
 
 from .assignors import ASSIGNORS, TopicPartition
 
@@ -136,9 +136,21 @@ def _matches(pattern: str, topic: str) -> bool:
     return _compiled(pattern).fullmatch(topic) is not None
 
 
+# RE2, as Kafka's RE2/J: matching takes linear time. Python's backtracking ``re`` let one
+# client's pattern such as ``(a+)+`` against a topic named ``aaaa…a-`` hold the whole broker
+# for hours. Errors go to the client and the log, not to RE2's own stderr logging.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
 @functools.lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _regex_error(exc: Exception) -> str:
+    reason = exc.args[0] if exc.args else exc
+    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
 
 
 def _format(partitions: Partitions) -> str:
@@ -203,8 +215,8 @@ class ConsumerGroup:
         if req.subscribed_topic_regex is not None:
             try:
                 _compiled(req.subscribed_topic_regex)
-            except re.error as exc:
-                raise HeartbeatError("invalid_regular_expression", str(exc)) from None
+            except re2.error as exc:
+                raise HeartbeatError("invalid_regular_expression", _regex_error(exc)) from None
         epoch = self.group_epoch
         member = self._member_for(req)
         before = member
