@@ -60,10 +60,11 @@ def test_librdkafka_frames_decode_through_the_prescan() -> None:
 
 
 def _heartbeat(member: str, epoch: int, **kw: Any) -> ConsumerGroupHeartbeatRequest:
+    # A join carries its rebalance timeout and no partitions (Kafka refuses it otherwise).
     fields: dict[str, Any] = {"group_id": "g", "member_id": member, "member_epoch": i32(epoch),
                               "rebalance_timeout": i32Timedelta.parse(
-                                  datetime.timedelta(milliseconds=-1)),
-                              "topic_partitions": None, **kw}
+                                  datetime.timedelta(milliseconds=300000 if epoch == 0 else -1)),
+                              "topic_partitions": () if epoch == 0 else None, **kw}
     return ConsumerGroupHeartbeatRequest(**fields)
 
 
@@ -108,6 +109,42 @@ async def test_member_life_over_the_wire(start_broker: Any, autojump_clock: Any)
         left = await client.request(68, 1, _heartbeat(member, -1))
         assert left.error_code == E.none and left.member_epoch == -1
         assert not broker.broker.group_coordinator.consumer_groups.groups["g"].members
+
+
+async def test_malformed_heartbeats_are_invalid_request_as_kafka(start_broker: Any,
+                                                                 autojump_clock: Any) -> None:
+    # Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, before any group state changes.
+    broker = await start_broker()
+    broker.broker.log_manager.create_topic("t", 3)
+    topic_id = broker.broker.log_manager.topics["t"].topic_id
+    claimed = (TopicPartitions(topic_id=topic_id, partitions=(i32(0), i32(1), i32(2))),)
+    never = datetime.timedelta(milliseconds=-1)
+    cases = [
+        (_heartbeat("m", 0, subscribed_topic_names=("t",), rebalance_timeout=never),
+         "RebalanceTimeoutMs must be provided in first request."),
+        (_heartbeat("m", 0, subscribed_topic_names=("t",), topic_partitions=None),
+         "TopicPartitions must be empty when (re-)joining."),
+        (_heartbeat("m", 0, subscribed_topic_names=("t",), topic_partitions=claimed),
+         "TopicPartitions must be empty when (re-)joining."),
+        (_heartbeat("m", 0), "Either SubscribedTopicNames or SubscribedTopicRegex must be "
+                             "non-null when (re-)joining."),
+        (_heartbeat("m", -2), "InstanceId can't be null."),
+        (_heartbeat("m", -5), "MemberEpoch is invalid."),
+        (_heartbeat(" ", 1), "MemberId can't be empty."),
+        (_heartbeat("m", 0, subscribed_topic_names=("t",), instance_id=""),
+         "InstanceId can't be empty."),
+        (_heartbeat("m", 0, subscribed_topic_names=("t",), rack_id=" "),
+         "RackId can't be empty."),
+        (_heartbeat("m", 0, subscribed_topic_names=("t",), group_id=" "),
+         "GroupId can't be empty."),
+    ]
+    async with await WireClient.connect(broker.port) as client:
+        for request, message in cases:
+            answer = await client.request(68, 1, request)
+            assert (answer.error_code, answer.error_message) == (E.invalid_request, message)
+        assert not broker.broker.group_coordinator.consumer_groups.groups
+        joined = await client.request(68, 1, _heartbeat("m", 0, subscribed_topic_names=("t",)))
+        assert joined.error_code == E.none and joined.member_epoch == 1
 
 
 async def test_consumer_protocol_switched_off(start_broker: Any, autojump_clock: Any) -> None:

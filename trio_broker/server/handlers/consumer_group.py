@@ -49,6 +49,41 @@ def _topic_partitions(ctx: RequestContext, cls: type[Any], partitions: Partition
     return tuple(out)
 
 
+def _blank(value: str | None) -> bool:
+    # Kafka's Utils.throwIfEmptyString: a value given that trims to nothing.
+    return value is not None and not value.strip()
+
+
+def _invalid_heartbeat(body: Any, version: int) -> str | None:
+    """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``: the INVALID_REQUEST message,
+    or None for a well-formed heartbeat."""
+    epoch = int(body.member_epoch)
+    if (version >= 1 or epoch > 0 or epoch == -1) and _blank(body.member_id):
+        return "MemberId can't be empty."
+    if _blank(body.group_id):
+        return "GroupId can't be empty."
+    if _blank(body.instance_id):
+        return "InstanceId can't be empty."
+    if _blank(body.rack_id):
+        return "RackId can't be empty."
+    if epoch == 0:
+        if millis(body.rebalance_timeout) == -1:
+            return "RebalanceTimeoutMs must be provided in first request."
+        # A joining member owns nothing: partitions it claims would skip reconciliation.
+        if body.topic_partitions is None or body.topic_partitions:
+            return "TopicPartitions must be empty when (re-)joining."
+        if body.subscribed_topic_names is None and \
+                getattr(body, "subscribed_topic_regex", None) is None:
+            return ("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                    "(re-)joining.")
+    elif epoch == -2:
+        if body.instance_id is None:
+            return "InstanceId can't be null."
+    elif epoch < -2:
+        return "MemberEpoch is invalid."
+    return None
+
+
 @api_handler(CONSUMER_GROUP_HEARTBEAT, 0, 1)
 async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any:
     cls = response_class(ctx)
@@ -71,6 +106,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any
         if denied:
             return answer(ErrorCode.topic_authorization_failed,
                           "Unauthorized topics: " + ", ".join(sorted(denied)))
+    if body.group_id and (invalid := _invalid_heartbeat(body, ctx.api_version)) is not None:
+        return answer(ErrorCode.invalid_request, invalid)
     owned: Partitions | None = None
     if body.topic_partitions is not None:
         names = _names_by_id(ctx)
