@@ -299,3 +299,22 @@ async def test_txn_offset_commit_fences_a_generation_of_a_missing_group(broker: 
         assert await end_txn(client, "tx", pid, 0, True) is E.none
     finally:
         await client.aclose()
+
+
+async def test_transactional_produce_with_a_future_epoch_is_fenced(broker: Any) -> None:
+    """KIP-890 verification wants the coordinator's epoch exactly: a batch with a newer one
+    (never handed out) is INVALID_PRODUCER_EPOCH instead of fencing the real producer."""
+    broker.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(broker.port)
+    try:
+        init = await init_pid(client, "tx")
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        assert await add_partitions(client, "tx", pid, epoch, {"t": [0]}) == {("t", 0): E.none}
+        forged = await produce(client, "tx", "t", 0, txn_batch(pid, epoch + 3, 0, b"forged"))
+        assert forged.error_code is E.invalid_producer_epoch
+        real = await produce(client, "tx", "t", 0, txn_batch(pid, epoch, 0, b"real"))
+        assert real.error_code is E.none
+        assert await end_txn(client, "tx", pid, epoch, True) is E.none
+        assert [b[2] for b in offsets_of((await fetch(client, "t", 1)).records)] == [False, True]
+    finally:
+        await client.aclose()

@@ -280,7 +280,9 @@ class TransactionCoordinator:
         meta = self._txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return E.invalid_producer_id_mapping
-        if producer_epoch < meta.producer_epoch:
+        if producer_epoch != meta.producer_epoch:
+            # Newer too (Kafka's verification answers PRODUCER_FENCED unless exactly equal): a
+            # forged epoch written first would fence the real producer on the partition.
             return E.invalid_producer_epoch
         if meta.state is not TxnState.ONGOING or (topic, partition) not in meta.partitions:
             return E.invalid_txn_state
