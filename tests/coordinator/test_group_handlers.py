@@ -136,6 +136,20 @@ async def test_inconsistent_protocols_and_session_timeouts(client: Any) -> None:
     assert (await client.request(JOIN, 5, empty)).error_code == E.inconsistent_group_protocol
 
 
+async def test_empty_group_id_is_invalid_group_id_for_membership_apis(client: Any) -> None:
+    # Kafka's isValidGroupId: only the offset and admin APIs accept "" (backwards compatibility).
+    join = req(JOIN, 5, group_id="", session_timeout=ms(6000), rebalance_timeout=ms(10000),
+               member_id="", protocol_type="consumer", protocols=())
+    assert (await client.request(JOIN, 5, join)).error_code == E.invalid_group_id
+    sync = req(SYNC, 5, group_id="", generation_id=1, member_id="m", protocol_type=None,
+               protocol_name=None, assignments=())
+    assert (await client.request(SYNC, 5, sync)).error_code == E.invalid_group_id
+    beat = req(HEARTBEAT, 4, group_id="", generation_id=1, member_id="m")
+    assert (await client.request(HEARTBEAT, 4, beat)).error_code == E.invalid_group_id
+    leave = req(LEAVE, 1, group_id="", member_id="m")
+    assert (await client.request(LEAVE, 1, leave)).error_code == E.invalid_group_id
+
+
 async def commit(client: Any, version: int, group: str, offsets: dict[tuple[str, int], int],
                  generation: int = -1, member: str = "") -> Any:
     topics = {}

@@ -399,6 +399,8 @@ class GroupCoordinator(GroupJoins, GroupStorage, GroupOffsets):
             return resolved(SyncResult(E.coordinator_not_available))
         if self._resigned:
             return resolved(SyncResult(E.not_coordinator))
+        if not group_id:
+            return resolved(SyncResult(E.invalid_group_id))
         group = self._groups.get(group_id)
         if group is None:
             return resolved(SyncResult(E.unknown_member_id))
@@ -463,6 +465,8 @@ class GroupCoordinator(GroupJoins, GroupStorage, GroupOffsets):
         """Handle one Heartbeat; returns the error code."""
         if not self._loaded:
             return E.coordinator_load_in_progress
+        if not group_id:
+            return E.invalid_group_id
         group = self._groups.get(group_id)
         if group is None:
             return E.unknown_member_id
@@ -489,6 +493,9 @@ class GroupCoordinator(GroupJoins, GroupStorage, GroupOffsets):
         """
         if not self._loaded:
             return E.coordinator_load_in_progress, [E.coordinator_load_in_progress] * len(members)
+        if not group_id:
+            # Kafka's isValidGroupId: only the offset and admin APIs accept the empty group id.
+            return E.invalid_group_id, [E.invalid_group_id] * len(members)
         group = self._groups.get(group_id)
         if group is None:
             return E.none, [E.unknown_member_id] * len(members)
