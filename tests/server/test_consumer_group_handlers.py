@@ -147,6 +147,28 @@ async def test_malformed_heartbeats_are_invalid_request_as_kafka(start_broker: A
         assert joined.error_code == E.none and joined.member_epoch == 1
 
 
+async def test_heartbeat_whose_group_snapshot_is_too_large_changes_nothing(
+        start_broker: Any, autojump_clock: Any) -> None:
+    # The group is one __consumer_offsets record: a member whose subscription makes it larger
+    # than message.max.bytes is refused and rolled back, instead of staying in the group
+    # and failing every later change of every member.
+    broker = await start_broker()
+    broker.broker.log_manager.create_topic("t", 3)
+    async with await WireClient.connect(broker.port) as client:
+        ok = await client.request(68, 1, _heartbeat("ok", 0, subscribed_topic_names=("t",)))
+        assert ok.error_code == E.none and ok.member_epoch == 1
+        names = tuple(f"topic-name-{i:08d}" for i in range(60000))
+        huge = await client.request(68, 1, _heartbeat("huge", 0, subscribed_topic_names=names))
+        assert huge.error_code == E.unknown_server_error and "over the limit" in \
+            huge.error_message
+        group = broker.broker.group_coordinator.consumer_groups.groups["g"]
+        assert set(group.members) == {"ok"} and group.group_epoch == 1
+        steady = await client.request(68, 1, _heartbeat("ok", 1))
+        assert steady.error_code == E.none and steady.member_epoch == 1
+        other = await client.request(68, 1, _heartbeat("other", 0, subscribed_topic_names=("t",)))
+        assert other.error_code == E.none and other.member_epoch == 2
+
+
 async def test_consumer_protocol_switched_off(start_broker: Any, autojump_clock: Any) -> None:
     broker = await start_broker({"group.coordinator.rebalance.protocols": "classic"})
     async with await WireClient.connect(broker.port) as client:

@@ -43,6 +43,14 @@ E = ErrorCode
 SNAPSHOT_KEY_VERSION = 100
 
 
+#: Batch header, record framing and key version around a snapshot's value and group id.
+_SNAPSHOT_OVERHEAD = 128
+
+
+def _encode(snapshot: Mapping[str, Any]) -> bytes:
+    return json.dumps(snapshot, sort_keys=True).encode()
+
+
 def encode_snapshot_key(group_id: str) -> bytes:
     return _Writer().int16(SNAPSHOT_KEY_VERSION).string(group_id).getvalue()
 
@@ -74,6 +82,9 @@ class ConsumerGroups:
         #: Members told to revoke partitions: fenced when they have not within their
         #: rebalance timeout (Kafka's revocation timeout).
         self._revocations: dict[tuple[str, str], trio.CancelScope] = {}
+        #: The snapshot last sent to the log per group: a heartbeat whose snapshot cannot be
+        #: written is rolled back to it.
+        self._written: dict[str, bytes] = {}
 
     # ---------------------------------------------------------------- loading
     def load_record(self, key: bytes, value: bytes | None) -> bool:
@@ -82,6 +93,10 @@ class ConsumerGroups:
         if group_id is None:
             return False
         self._loaded[group_id] = None if value is None else json.loads(value)
+        if value is None:
+            self._written.pop(group_id, None)
+        else:
+            self._written[group_id] = bytes(value)
         return True
 
     def finish_load(self) -> None:
@@ -130,6 +145,19 @@ class ConsumerGroups:
         except HeartbeatError as exc:
             self._emit(group)
             return getattr(E, exc.code), exc.message, None
+        value = None
+        if group.state_token() != before:
+            value = _encode(group.snapshot())
+            limit = self.coord.config.message_max_bytes - _SNAPSHOT_OVERHEAD - len(group_id)
+            if len(value) > limit:
+                # The whole group is one record: one that cannot be written must not become the
+                # group's state, or every later change of any member fails the same way.
+                self._roll_back(group_id, created)
+                detail = (f"snapshot of group {group_id} would be {len(value)} bytes, over the "
+                          f"limit of {limit}: heartbeat of {req.member_id} not applied")
+                emit("coordinator_write_failed", partition=self.coord.partition_for(group_id),
+                     error=detail)
+                return E.unknown_server_error, detail, None
         if created:
             self.groups[group_id] = group
         self._emit(group)
@@ -139,18 +167,31 @@ class ConsumerGroups:
         elif req.member_id not in group.members:
             self._cancel(group_id, req.member_id)
         self._watch_revocation(group, req.member_id)
-        error = await self._persist(group, before)
+        if value is None:
+            return E.none, None, result
+        error = int(await self._write_value(group_id, value).wait())
         if error:
             return error, None, None
         return E.none, None, result
 
-    async def _persist(self, group: ConsumerGroup, before: tuple[object, ...]) -> int:
-        if group.state_token() == before:
-            return E.none
-        return int(await self._write(group.group_id, group.snapshot()).wait())
+    def _roll_back(self, group_id: str, created: bool) -> None:
+        """Put the group back as its last written snapshot has it (timers are untouched: the
+        heartbeat has not reached them)."""
+        if created:
+            return  # not in self.groups yet
+        written = self._written.get(group_id)
+        if written is not None:
+            self.groups[group_id] = ConsumerGroup.restore(group_id, self.settings,
+                                                          json.loads(written))
 
     def _write(self, group_id: str, snapshot: Mapping[str, Any] | None) -> Any:
-        value = None if snapshot is None else json.dumps(snapshot, sort_keys=True).encode()
+        return self._write_value(group_id, None if snapshot is None else _encode(snapshot))
+
+    def _write_value(self, group_id: str, value: bytes | None) -> Any:
+        if value is None:
+            self._written.pop(group_id, None)
+        else:
+            self._written[group_id] = value
         return self.coord._enqueue(self.coord.partition_for(group_id),
                                    [(encode_snapshot_key(group_id), value)])
 
