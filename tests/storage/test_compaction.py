@@ -425,6 +425,32 @@ def test_cleanup_policy_configs(tmp_path: Path) -> None:
     assert entries["delete.retention.ms"].source == "STATIC_BROKER_CONFIG"
     with pytest.raises(se.InvalidConfig):
         lm.create_topic("bad", 1, {"cleanup.policy": "shred"})
+    # Kafka's list type keeps empty elements, and "" is no policy.
+    for policy in ("compact,,delete", "compact,", ",delete", ""):
+        with pytest.raises(se.InvalidConfig, match="must be a list of delete, compact"):
+            lm.create_topic("bad", 1, {"cleanup.policy": policy})
+    assert "bad" not in lm.topics
+    lm.close()
+
+
+def test_min_compaction_lag_above_max_is_refused_as_kafka_does(tmp_path: Path) -> None:
+    """Kafka's LogConfig.validateValues, on the effective values (overrides and defaults), for
+    a creation, a full change and an incremental one."""
+    lm = make(tmp_path)
+    conflict = "conflict topic config setting min.compaction.lag.ms"
+    with pytest.raises(se.InvalidConfig, match=r"\(2000\) > max.compaction.lag.ms \(1000\)"):
+        lm.create_topic("t", 1, {**COMPACT, "min.compaction.lag.ms": "2000",
+                                 "max.compaction.lag.ms": "1000"})
+    assert "t" not in lm.topics
+    lm.create_topic("t", 1, {**COMPACT, "max.compaction.lag.ms": "1000"})
+    with pytest.raises(se.InvalidConfig, match=conflict):
+        lm.alter_topic_config("t", {"min.compaction.lag.ms": "5000"}, incremental=True)
+    with pytest.raises(se.InvalidConfig, match=conflict):
+        lm.alter_topic_config("t", {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "10"},
+                              incremental=False)
+    assert lm.topics["t"].configs["max.compaction.lag.ms"] == "1000"
+    assert "min.compaction.lag.ms" not in lm.topics["t"].configs
+    lm.alter_topic_config("t", {"min.compaction.lag.ms": "1000"}, incremental=True)  # equal: fine
     lm.close()
 
 

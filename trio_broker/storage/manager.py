@@ -385,6 +385,7 @@ class LogManager:
                 if num_partitions < 1 else f"Too many partitions: {num_partitions}")
         overrides = validate_topic_configs(configs)
         log_config = LogConfig.build(self.config, overrides)
+        log_config.check()
         info = TopicInfo(name, uuid.uuid4(), num_partitions, overrides,
                          internal or name in INTERNAL_TOPICS)
         if validate_only:
@@ -451,6 +452,7 @@ class LogManager:
                 overrides[key] = value
         overrides = validate_topic_configs(overrides)
         log_config = LogConfig.build(self.config, overrides)
+        log_config.check()
         if validate_only:
             return
         self._topics[name] = attrs.evolve(info, configs=overrides)

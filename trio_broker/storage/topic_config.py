@@ -70,8 +70,10 @@ def _choices(*allowed: str) -> Callable[[Any], str | None]:
 
 
 def _cleanup(value: Any) -> str | None:
-    parts = [p.strip() for p in str(value).split(",") if p.strip()]
-    if parts and all(p in ("delete", "compact") for p in parts):
+    # Every element counts, empty ones too: Kafka's list type splits "compact,,delete" into
+    # three, and "" is not a policy.
+    parts = [p.strip() for p in str(value).split(",")]
+    if all(p in ("delete", "compact") for p in parts):
         return None
     return "must be a list of delete, compact"
 
@@ -265,6 +267,15 @@ class LogConfig:
             min_compaction_lag_ms=get("min.compaction.lag.ms"),
             max_compaction_lag_ms=max_lag,
         )
+
+    def check(self) -> None:
+        """Kafka's ``LogConfig.validateValues`` across keys, for a creation or a change (never
+        for topics loaded at start-up): raises :class:`InvalidConfig`."""
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfig(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({self.max_compaction_lag_ms})")
 
 
 def _or_difference(bound: int, difference: int) -> int:
