@@ -394,3 +394,44 @@ def rb_lz4(data: bytes) -> bytes:
 def rb_xerial(data: bytes) -> bytes:
     from trio_broker.protocol import compression
     return compression.compress(rb.COMPRESSION_SNAPPY, data)
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+async def test_a_batch_whose_record_count_is_short_of_its_records_is_invalid_record(
+        start_broker: Any, timestamp_type: str) -> None:
+    """A batch declaring fewer records than it carries (its CRC and lastOffsetDelta consistent
+    with the count) or with bytes after its last record is INVALID_RECORD, as Kafka's
+    RecordIterator answers ("records still remaining"), whatever the timestamp type and codec:
+    stored, it would give its records fewer offsets than they need. Nothing is stored."""
+    import struct
+
+    with trio.fail_after(TIMEOUT):
+        running = await start_broker({})
+        running.broker.log_manager.create_topic(
+            "n", 1, {"message.timestamp.type": timestamp_type})
+        client = await WireClient.connect(running.port)
+
+        def recount(data: bytes, count: int, extra: bytes = b"") -> bytes:
+            out = bytearray(data + extra)
+            struct.pack_into(">i", out, 8, len(out) - rb.LOG_OVERHEAD)
+            struct.pack_into(">i", out, rb.HEADER_SIZE - 4, count)  # record count
+            struct.pack_into(">i", out, 23, count - 1)  # lastOffsetDelta
+            struct.pack_into(">I", out, rb.CRC_OFFSET, rb.compute_crc(out))
+            return bytes(out)
+
+        two = [(None, b"a", [], now_ms()), (None, b"b", [], now_ms())]
+        cases = {
+            "two records counted as one": recount(rb.build_batch(two), 1),
+            "bytes after the last record": recount(batch(b"a"), 1, b"\x00\x00\x00"),
+            "compressed, counted as one": recount(
+                rb.build_batch(two, attributes=rb.COMPRESSION_ZSTD), 1),
+        }
+        for what, data in cases.items():
+            got = await client.request(PRODUCE, 9, produce("n", 0, data))
+            part = got.responses[0].partition_responses[0]
+            assert part.error_code is ErrorCode.invalid_record, what
+            assert "records still remaining" in (part.error_message or ""), what
+        assert running.broker.log_manager.get_partition("n", 0).log_end_offset == 0
+        got = await client.request(PRODUCE, 9, produce("n", 0, batch(b"fine")))
+        assert got.responses[0].partition_responses[0].error_code is ErrorCode.none
+        await client.aclose()

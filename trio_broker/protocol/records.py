@@ -322,6 +322,8 @@ def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: in
     already holds them decompressed (``payload``).
 
     Only each record's length and timestamp delta are read (varints); the rest is skipped.
+    Records running past the batch are CORRUPT_MESSAGE, bytes left after the declared count
+    INVALID_RECORD, as in Kafka.
     """
     if header.compression == COMPRESSION_NONE:
         data: bytes | bytearray | memoryview = batch
@@ -365,6 +367,11 @@ def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: in
             at = after
     except IndexError:
         raise RecordBatchError("corrupt_message", "record runs past the batch") from None
+    if at != end:
+        # Kafka's RecordIterator: bytes after the declared count of records mean the count is
+        # wrong (a batch claiming 1 record but carrying 2 would take one offset for both).
+        raise RecordBatchError("invalid_record",
+                               "Incorrect declared batch size, records still remaining in file")
     return header.base_timestamp + smallest, header.base_timestamp + largest
 
 

@@ -267,13 +267,13 @@ class PartitionLog:
                     decompressed.get(position) if decompressed is not None else None)
             else:
                 max_timestamp = stamp
-                if header.attributes & rb.COMPRESSION_MASK:
-                    # The header is all LogAppendTime rewrites, but a compressed batch is
-                    # still decompressed once, as Kafka's LogValidator does: a corrupt one
-                    # (or a decompression bomb) is refused, never stored.
-                    self._records_bounds(
-                        data, position, header,
-                        decompressed.get(position) if decompressed is not None else None)
+                # The header is all LogAppendTime rewrites, but the records are still walked
+                # (a compressed batch decompressed once), as Kafka's LogValidator does: a
+                # corrupt one, a wrong record count or a decompression bomb is refused,
+                # never stored.
+                self._records_bounds(
+                    data, position, header,
+                    decompressed.get(position) if decompressed is not None else None)
             rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
             if not (lone and header.producer_id < 0
                     and not header.attributes & rb.TRANSACTIONAL_BIT):
@@ -347,7 +347,7 @@ class PartitionLog:
             return rb.records_timestamp_bounds(data, position, header,
                                                self.decompressed_limit, payload)
         except rb.RecordBatchError as exc:
-            raise CorruptMessage(exc.message) from None
+            raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
 
     @property
     def decompressed_limit(self) -> int:
@@ -366,7 +366,7 @@ class PartitionLog:
             try:
                 smallest, derived = rb.records_timestamp_bounds(data, position, header)
             except rb.RecordBatchError as exc:
-                raise CorruptMessage(exc.message) from None
+                raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
         else:
             smallest, derived = self._records_bounds(data, position, header, payload)
         config = self.config
