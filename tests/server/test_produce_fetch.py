@@ -151,6 +151,22 @@ async def test_fetch_max_bytes_returns_whole_batches(broker: Broker) -> None:
     assert values(got.responses[0].partitions[0].records) == [b"3" * 100]
 
 
+async def test_fetch_limits_of_zero_or_below_still_answer_one_whole_batch(broker: Broker
+                                                                          ) -> None:
+    """A hostile client's max_bytes / partition_max_bytes of 0 or below get the first batch
+    whole (KIP-74), as Kafka; min_bytes below 1 answers at once (no park)."""
+    for i in range(3):
+        await broker.log_manager.append("t", 0, batch(b"%d" % i * 50))
+    for limit in (0, -1, -(2**31)):
+        for fields in ({"max_bytes": limit}, {"partition_max": limit}):
+            got = await call(broker, FETCH, 12, fetch_body(12, {("t", 0): 0}, **fields))
+            part = got.responses[0].partitions[0]
+            assert (part.error_code, values(part.records)) == (ErrorCode.none, [b"0" * 50])
+    _, result = await send(broker, FETCH, 12, fetch_body(12, {("t", 0): 3}, min_bytes=-1,
+                                                         max_wait_ms=2**31 - 1))
+    assert not isinstance(result, Parked)
+
+
 async def test_fetch_long_poll_is_parked_and_woken_by_append(
         broker: Broker, autojump_clock: trio.testing.MockClock) -> None:
     request, result = await send(broker, FETCH, 12, fetch_body(
