@@ -3,6 +3,7 @@ OffsetForLeaderEpoch) against a real LogManager, through the codec both ways."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import sys
 from collections.abc import Iterator
@@ -165,6 +166,27 @@ async def test_fetch_limits_of_zero_or_below_still_answer_one_whole_batch(broker
     _, result = await send(broker, FETCH, 12, fetch_body(12, {("t", 0): 3}, min_bytes=-1,
                                                          max_wait_ms=2**31 - 1))
     assert not isinstance(result, Parked)
+
+
+@pytest.mark.parametrize("version", [4, 12])
+async def test_fetch_naming_a_partition_twice_answers_it_once(broker: Broker, version: int
+                                                              ) -> None:
+    """Kafka keys a Fetch's partitions in a map: a partition named again (here in the same
+    topic and in a second entry of the topic) is read and answered once, where it was first
+    named, with the last mention's offset; it is not read (and sent) once per mention."""
+    for i in range(3):
+        await broker.log_manager.append("t", 0, batch(b"%d" % i))
+    m = mod(FETCH, version)
+    body = fetch_body(version, {("t", 0): 0, ("t", 1): 0})
+    first, other = body.topics[0].partitions
+    again = m.FetchPartition(partition=0, fetch_offset=2, partition_max_bytes=1 << 20)
+    body = dataclasses.replace(body, topics=(
+        m.FetchTopic(topic="t", partitions=(first, other, first)),
+        m.FetchTopic(topic="t", partitions=(again,))))
+    got = await call(broker, FETCH, version, body)
+    answered = [(t.topic, p.partition_index, values(p.records))
+                for t in got.responses for p in t.partitions]
+    assert answered == [("t", 0, [b"2"]), ("t", 1, [])]
 
 
 async def test_fetch_long_poll_is_parked_and_woken_by_append(

@@ -95,7 +95,10 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
     names: dict[uuid.UUID, str] = {}
     if by_id and ctx.broker.log_manager is not None:
         names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics.items()}
-    partitions = []
+    partitions: list[FetchPartition] = []
+    # Kafka keys the request's partitions in a LinkedHashMap: a partition named twice is read
+    # and answered once, at its first place, with the last mention's offsets and limits.
+    places: dict[PartitionKey, int] = {}
     for topic in body.topics:
         if by_id:
             # kio reads the zero id as None; Kafka looks it up like any other (unknown) id
@@ -104,12 +107,17 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
         else:
             topic_id, name, key_name = ZERO_UUID, topic.topic, topic.topic
         for part in topic.partitions:
-            partitions.append(FetchPartition(
-                PartitionKey(topic_id, key_name, int(part.partition)), name,
-                int(part.fetch_offset), int(part.partition_max_bytes),
+            key = PartitionKey(topic_id, key_name, int(part.partition))
+            wanted = FetchPartition(
+                key, name, int(part.fetch_offset), int(part.partition_max_bytes),
                 int(getattr(part, "log_start_offset", -1)),
                 int(getattr(part, "current_leader_epoch", -1)),
-                int(getattr(part, "last_fetched_epoch", -1))))
+                int(getattr(part, "last_fetched_epoch", -1)))
+            place = places.setdefault(key, len(partitions))
+            if place == len(partitions):
+                partitions.append(wanted)
+            else:
+                partitions[place] = wanted
     forgotten = [
         PartitionKey(item.topic_id or ZERO_UUID, "", int(p)) if by_id
         else PartitionKey(ZERO_UUID, item.topic, int(p))
