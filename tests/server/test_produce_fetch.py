@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,65 @@ async def test_fetch_naming_a_partition_twice_answers_it_once(broker: Broker, ve
     answered = [(t.topic, p.partition_index, values(p.records))
                 for t in got.responses for p in t.partitions]
     assert answered == [("t", 0, [b"2"]), ("t", 1, [])]
+
+
+@pytest.mark.parametrize("version", [3, 9])
+async def test_produce_naming_a_partition_twice_appends_the_last_mention_once(
+        broker: Broker, version: int) -> None:
+    """Kafka keys a Produce's partitions in a map: a partition named twice (in one topic entry
+    or in a second entry of the topic) is appended once, with the last mention's records, and
+    answered once, here at its first place; the other partitions are unaffected."""
+    m = mod(PRODUCE, version)
+    body = produce_body(version, {("t", 0): batch(b"first"), ("t", 1): batch(b"other")})
+    first, other = body.topic_data[0].partition_data
+    middle = m.PartitionProduceData(index=0, records=batch(b"middle"))
+    last = m.PartitionProduceData(index=0, records=batch(b"last"))
+    body = dataclasses.replace(body, topic_data=(
+        m.TopicProduceData(name="t", partition_data=(first, other, middle)),
+        m.TopicProduceData(name="t", partition_data=(last,))))
+    answer = await call(broker, PRODUCE, version, body)
+    answered = [(t.name, p.index, p.error_code, p.base_offset)
+                for t in answer.responses for p in t.partition_responses]
+    assert answered == [("t", 0, ErrorCode.none, 0), ("t", 1, ErrorCode.none, 0)]
+    for partition, expected in ((0, [b"last"]), (1, [b"other"])):
+        got = await call(broker, FETCH, 12, fetch_body(12, {("t", partition): 0}))
+        assert values(got.responses[0].partitions[0].records) == expected
+
+
+@pytest.mark.parametrize("version", [4, 12, 15])
+async def test_fetch_from_a_replica_id_is_not_served_as_a_consumer(broker: Broker,
+                                                                   version: int) -> None:
+    """A fetch naming a replica id (a follower's) reads nothing: this broker is the only
+    replica of every partition, so Kafka answers NOT_LEADER_OR_FOLLOWER per partition (unknown
+    partitions stay unknown); -1 (a consumer) and -2 (Kafka's debugging consumer) read as
+    usual."""
+    await broker.log_manager.append("t", 0, batch(b"x"))
+    m = mod(FETCH, version)
+    body = fetch_body(12 if version >= 13 else version, {("t", 0): 0, ("nope", 0): 0})
+    unknown = ErrorCode.unknown_topic_or_partition
+    if version >= 13:  # topics by id (KIP-516): "nope" has none
+        unknown = ErrorCode.unknown_topic_id
+        ids = {"t": broker.log_manager.topics["t"].topic_id, "nope": uuid.uuid4()}
+        body = m.FetchRequest(
+            max_wait=body.max_wait, min_bytes=1, max_bytes=body.max_bytes, isolation_level=0,
+            session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+            topics=tuple(m.FetchTopic(topic_id=ids[t.topic], partitions=tuple(
+                m.FetchPartition(partition=p.partition, fetch_offset=0,
+                                 partition_max_bytes=1 << 20) for p in t.partitions))
+                for t in body.topics))
+    for replica in (0, 1, 7, -1, -2):
+        if version >= 15:
+            asked = dataclasses.replace(body, replica_state=m.ReplicaState(
+                replica_id=replica, replica_epoch=-1))
+        else:
+            asked = dataclasses.replace(body, replica_id=replica)
+        got = await call(broker, FETCH, version, asked)
+        answered = [(p.error_code, values(p.records))
+                    for t in got.responses for p in t.partitions]
+        if replica < 0:
+            assert answered == [(ErrorCode.none, [b"x"]), (unknown, [])]
+        else:
+            assert answered == [(ErrorCode.not_leader_or_follower, []), (unknown, [])]
 
 
 async def test_fetch_long_poll_is_parked_and_woken_by_append(

@@ -125,11 +125,20 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
     return partitions, forgotten
 
 
+def _replica_id(body: Any) -> int:
+    """The fetching replica's id: -1 for a consumer (-2, Kafka's debugging consumer, too),
+    a broker's node id for a follower; in ``replica_state`` from v15 (KIP-903)."""
+    state = getattr(body, "replica_state", None)
+    return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
+
+
 def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
-              reads: list[FetchPartition], denied: frozenset[str] = frozenset()
-              ) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
+              reads: list[FetchPartition], denied: frozenset[str] = frozenset(),
+              follower: bool = False) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
     """Read every partition of ``reads`` now: ``(request and PartitionData of each, bytes,
-    any error)``; partitions of the ``denied`` topics (no READ) get TOPIC_AUTHORIZATION_FAILED."""
+    any error)``; partitions of the ``denied`` topics (no READ) get TOPIC_AUTHORIZATION_FAILED.
+    A ``follower``'s fetch reads nothing: this broker is every partition's only replica, so
+    the fetching broker is not a follower of any (Kafka's NOT_LEADER_OR_FOLLOWER)."""
     lm = ctx.broker.log_manager
     remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
@@ -153,6 +162,8 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
             code = ErrorCode.topic_authorization_failed
         elif log is None:
             code = ErrorCode.unknown_topic_or_partition
+        elif follower:
+            code = ErrorCode.not_leader_or_follower
         elif part.current_leader_epoch != NO_EPOCH and part.current_leader_epoch < LEADER_EPOCH:
             # Kafka's checkCurrentLeaderEpoch: an older epoch is fenced, a newer one unknown.
             code = ErrorCode.fenced_leader_epoch
@@ -261,10 +272,18 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         # more would be throttled for sure, and the consumer might never make progress.
         window_bytes = quotas.managers.fetch.max_value_in_window(ctx.user, ctx.client_id)
         max_bytes = int(min(max_bytes, window_bytes))
+    names = {p.name for p in reads if p.name is not None}
+    follower = _replica_id(body) >= 0
+    if follower:
+        # KafkaApis.handleFetchRequest: a follower needs CLUSTER_ACTION, not READ.
+        denied = frozenset() if ctx.authorize(AclOperation.CLUSTER_ACTION,
+                                              ResourceType.CLUSTER) else frozenset(names)
+        read = _read_all(ctx, body, module, max_bytes, reads, denied, True)[0]
+        _count_requests(ctx, read)
+        return respond(read)
     # KafkaApis.handleFetchRequest: READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
     denied = frozenset() if ctx.broker.authorizer is None else frozenset(
-        name for name in {p.name for p in reads if p.name is not None}
-        if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
+        name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
     read, total, errors = _read_all(ctx, body, module, max_bytes, reads, denied)
     _count_requests(ctx, read)
     min_bytes = min(int(body.min_bytes), max_bytes)

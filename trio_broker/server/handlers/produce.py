@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -146,6 +147,24 @@ def _makers(version: int) -> tuple[Any, Any, Any]:
 _MAKERS: dict[int, tuple[Any, Any, Any]] = {}
 
 
+def _partitions_once(topic_data: Any) -> Iterable[tuple[str, Iterable[tuple[int, Any]]]]:
+    """The request's ``(topic, [(partition, data)])``, each partition once. Kafka keys a
+    Produce's partitions in a map (``authorizedRequestInfo``): a partition named twice, in one
+    topic entry or in two entries of the same topic, is appended once with its last mention's
+    records and answered once; here at its first mention's place."""
+    if len(topic_data) == 1 and len(topic_data[0].partition_data) == 1:
+        # The usual request: nothing to merge.
+        data = topic_data[0].partition_data[0]
+        return ((topic_data[0].name, ((int(data.index), data),)),)
+    by_topic: dict[str, dict[int, Any]] = {}
+    for topic in topic_data:
+        mentions = by_topic.setdefault(topic.name, {})
+        for data in topic.partition_data:
+            # A dict keeps a key's first place when the value is replaced.
+            mentions[int(data.index)] = data
+    return ((name, mentions.items()) for name, mentions in by_topic.items())
+
+
 @api_handler(PRODUCE, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     """Append every partition's records; one result per partition, in request order."""
@@ -159,14 +178,12 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     failed = False
     # (name, [(index, code, message, base offset, append time, log start)]) per topic.
     topics: list[tuple[str, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
-    for topic in body.topic_data:
-        name = topic.name
+    for name, mentions in _partitions_once(body.topic_data):
         topic_denied = not id_denied and not ctx.authorize(
             AclOperation.WRITE, ResourceType.TOPIC, name)
         info = lm.topics.get(name) if lm is not None else None
         partitions: list[tuple[int, ErrorCode, str | None, int, int, int]] = []
-        for data in topic.partition_data:
-            index = int(data.index)
+        for index, data in mentions:
             result: tuple[ErrorCode, str | None, int, int, int]
             if id_denied:
                 result = (ErrorCode.transactional_id_authorization_failed, None, -1, -1, -1)
