@@ -152,6 +152,21 @@ async def test_second_member_triggers_rebalance(harness: Harness, nursery: trio.
     assert (s_a.assignment, s_b.assignment) == (b"0", b"1")
 
 
+async def test_group_metadata_too_large_to_store_is_unknown_server_error(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any) -> None:
+    """Kafka's storeGroup: an assignment whose group record is over the offsets topic's batch
+    limit cannot be stored; the SyncGroup answers UNKNOWN_SERVER_ERROR (not the offset
+    commit's INVALID_COMMIT_OFFSET_SIZE) and the group rebalances again, as in Kafka."""
+    await harness.start(nursery)
+    a = await harness.join_new("g", client_id="a")
+    synced = await harness.sync("g", 1, a.member_id, {a.member_id: b"x" * (2 << 20)})
+    assert synced.error == E.unknown_server_error
+    assert harness.coord.groups["g"].state is GroupState.PREPARING_REBALANCE
+    again = await harness.join("g", a.member_id)
+    synced = await harness.sync("g", again.generation_id, a.member_id, {a.member_id: b"ok"})
+    assert (synced.error, synced.assignment) == (E.none, b"ok")
+
+
 async def test_session_expiry_mid_rebalance(harness: Harness, nursery: trio.Nursery,
                                             autojump_clock: Any, log_events: Any) -> None:
     """A member that neither rejoins nor heartbeats is dropped at its session timeout, and the

@@ -64,6 +64,9 @@ class _Write:
     partition: int
     batch: bytes
     done: Pending[int]
+    #: The answer when the batch is over ``message.max.bytes``: Kafka's for offsets
+    #: (``storeOffsets``), unless the write stores a group's metadata (``storeGroup``).
+    too_large: E = E.invalid_commit_offset_size
 
 
 class GroupStorage:
@@ -205,11 +208,12 @@ class GroupStorage:
         return group
 
     # ---------------------------------------------------------------------- writes
-    def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Pending[int]:
+    def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
+                 too_large: E = E.invalid_commit_offset_size) -> Pending[int]:
         done: Pending[int] = Pending()
         now = self._now_ms()
         batch = build_batch([(key, value, (), now) for key, value in records])
-        self._write_send.send_nowait(_Write(partition, batch, done))
+        self._write_send.send_nowait(_Write(partition, batch, done, too_large))
         return done
 
     def _ensure_offsets_topic(self) -> None:
@@ -225,7 +229,7 @@ class GroupStorage:
             except Exception as exc:  # storage failures become retriable coordinator errors
                 code = getattr(exc, "error_code", None)
                 emit("coordinator_write_failed", partition=item.partition, error=repr(exc))
-                item.done.set(E.invalid_commit_offset_size if code == E.message_too_large
+                item.done.set(item.too_large if code == E.message_too_large
                               else E.coordinator_not_available)
             else:
                 item.done.set(E.none)
@@ -248,5 +252,7 @@ class GroupStorage:
 
     def _store_group(self, group: Group, assignment: Mapping[str, bytes] | None = None
                      ) -> Pending[int]:
+        # Kafka's storeGroup: metadata too large to store is UNKNOWN_SERVER_ERROR.
         return self._enqueue(self.partition_for(group.group_id),
-                             [self._group_record(group, assignment)])
+                             [self._group_record(group, assignment)],
+                             too_large=E.unknown_server_error)
