@@ -47,10 +47,6 @@ SNAPSHOT_KEY_VERSION = 100
 _SNAPSHOT_OVERHEAD = 128
 
 
-def _encode(snapshot: Mapping[str, Any]) -> bytes:
-    return json.dumps(snapshot, sort_keys=True).encode()
-
-
 def encode_snapshot_key(group_id: str) -> bytes:
     return _Writer().int16(SNAPSHOT_KEY_VERSION).string(group_id).getvalue()
 
@@ -147,7 +143,7 @@ class ConsumerGroups:
             return getattr(E, exc.code), exc.message, None
         value = None
         if group.state_token() != before:
-            value = _encode(group.snapshot())
+            value = group.encoded_snapshot()
             limit = self.coord.config.message_max_bytes - _SNAPSHOT_OVERHEAD - len(group_id)
             if len(value) > limit:
                 # The whole group is one record: one that cannot be written must not become the
@@ -183,9 +179,6 @@ class ConsumerGroups:
         if written is not None:
             self.groups[group_id] = ConsumerGroup.restore(group_id, self.settings,
                                                           json.loads(written))
-
-    def _write(self, group_id: str, snapshot: Mapping[str, Any] | None) -> Any:
-        return self._write_value(group_id, None if snapshot is None else _encode(snapshot))
 
     def _write_value(self, group_id: str, value: bytes | None) -> Any:
         if value is None:
@@ -263,7 +256,7 @@ class ConsumerGroups:
         group.remove(member_id, "rebalance timeout expired before revocation", fenced=True)
         self._cancel(group_id, member_id)
         self._emit(group)
-        self._write(group_id, group.snapshot())
+        self._write_value(group_id, group.encoded_snapshot())
 
     async def _session(self, group_id: str, member_id: str, scope: trio.CancelScope) -> None:
         with scope:
@@ -277,7 +270,7 @@ class ConsumerGroups:
             return
         if group.remove(member_id, "session timeout expired", fenced=True):
             self._emit(group)
-            self._write(group_id, group.snapshot())
+            self._write_value(group_id, group.encoded_snapshot())
 
     # ------------------------------------------------------ shared with classic
     def refuses_classic(self, group_id: str) -> bool:
@@ -289,7 +282,7 @@ class ConsumerGroups:
         if group.members:
             return True
         del self.groups[group_id]
-        self._write(group_id, None)
+        self._write_value(group_id, None)
         return False
 
     def check_commit(self, group_id: str, member_epoch: int, member_id: str, *,
@@ -334,7 +327,7 @@ class ConsumerGroups:
         if group.members:
             return E.non_empty_group
         del self.groups[group_id]
-        return int(await self._write(group_id, None).wait())
+        return int(await self._write_value(group_id, None).wait())
 
 
 def _names(text: str) -> list[str]:

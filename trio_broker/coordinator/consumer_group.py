@@ -20,8 +20,9 @@ The rules are Kafka's (``GroupMetadataManager`` and ``CurrentAssignmentBuilder``
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import re2
@@ -39,6 +40,8 @@ UNRELEASED = "unreleased_partitions"
 
 Partitions = frozenset[TopicPartition]
 EMPTY: Partitions = frozenset()
+
+_V = TypeVar("_V")
 
 
 class HeartbeatError(Exception):
@@ -113,6 +116,76 @@ class Member:
         return _matches(regex, topic)
 
 
+class _Versioned(dict[str, _V]):
+    """A dict that counts the changes of its values (``version``): how a group tells cheaply
+    whether a heartbeat changed it (:meth:`ConsumerGroup.state_token`). Only item assignment,
+    ``del`` and ``pop`` change it; the values are immutable."""
+
+    def __init__(self, items: Mapping[str, _V] | None = None) -> None:
+        super().__init__(items or {})
+        self.version = 0
+
+    def __setitem__(self, key: str, value: _V) -> None:
+        old = self.get(key, _ABSENT)
+        super().__setitem__(key, value)
+        if old is not value and old != value:
+            self.version += 1
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self.version += 1
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            return default
+        value = self[key]
+        del self[key]
+        return value
+
+
+#: No value (``None`` is one).
+_ABSENT: Any = object()
+
+
+class _Members(_Versioned[Member]):
+    """A group's members by id, counting the topic names and the (unresolved) patterns they
+    subscribe to as members come, change and go: every heartbeat asks which topics the group
+    subscribes to, and walking every member for it made a steady heartbeat O(members)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: dict[str, int] = {}
+        self.patterns: dict[str, int] = {}
+
+    def __setitem__(self, member_id: str, member: Member) -> None:
+        old = self.get(member_id)
+        if old is not None:
+            self._count(old, -1)
+        super().__setitem__(member_id, member)
+        self._count(member, 1)
+
+    def __delitem__(self, member_id: str) -> None:
+        self._count(self[member_id], -1)
+        super().__delitem__(member_id)
+
+    def _count(self, member: Member, step: int) -> None:
+        for name in member.subscribed_topic_names:
+            _add(self.names, name, step)
+        if member.regex_topics is not None:  # resolved under its ACLs
+            for name in member.regex_topics:
+                _add(self.names, name, step)
+        elif member.subscribed_topic_regex is not None:
+            _add(self.patterns, member.subscribed_topic_regex, step)
+
+
+def _add(counts: dict[str, int], key: str, step: int) -> None:
+    count = counts.get(key, 0) + step
+    if count:
+        counts[key] = count
+    else:
+        del counts[key]
+
+
 @attrs.frozen
 class Event:
     """A log event for the coordinator to emit (name and fields)."""
@@ -165,13 +238,16 @@ class ConsumerGroup:
         self.settings = settings
         self.group_epoch = 0
         self.assignment_epoch = 0
-        self.members: dict[str, Member] = {}
-        self.target: dict[str, Partitions] = {}
+        self.members = _Members()
+        self.target: _Versioned[Partitions] = _Versioned()
         #: Partition counts of the subscribed topics when the target was computed.
         self.subscribed_topics: dict[str, int] = {}
         #: Static members: instance id -> member id.
         self.static_members: dict[str, str] = {}
         self.events: list[Event] = []
+        # encoded_snapshot's texts: per member id, the value last encoded and its text.
+        self._member_text: dict[str, tuple[Member, str]] = {}
+        self._target_text: dict[str, tuple[Partitions, str]] = {}
 
     # ------------------------------------------------------------------- views
     @property
@@ -349,14 +425,7 @@ class ConsumerGroup:
 
     def subscribed_metadata(self, topics: Mapping[str, int]) -> dict[str, int]:
         """Partition counts of the topics some member subscribes to (names or regex)."""
-        names: set[str] = set()
-        patterns: set[str] = set()
-        for m in self.members.values():
-            names.update(m.subscribed_topic_names)
-            if m.regex_topics is not None:
-                names.update(m.regex_topics)  # resolved under its ACLs
-            elif m.subscribed_topic_regex is not None:
-                patterns.add(m.subscribed_topic_regex)
+        names, patterns = self.members.names, self.members.patterns
         if not patterns:
             return {t: topics[t] for t in sorted(names) if t in topics}
         return {t: n for t, n in topics.items()
@@ -367,10 +436,26 @@ class ConsumerGroup:
 
     def _compute_target(self, topics: Mapping[str, int]) -> None:
         metadata = self.subscribed_metadata(topics)
-        subscriptions = {m.member_id: frozenset(t for t in metadata if m.subscribes_to(t))
-                         for m in self.members.values()}
+        # Members usually share a few subscriptions: each is resolved against the metadata
+        # once, not once per member.
+        resolved: dict[tuple[object, ...], frozenset[str]] = {}
+        subscriptions = {}
+        for m in self.members.values():
+            key = (m.subscribed_topic_names, m.subscribed_topic_regex, m.regex_topics)
+            topics_of = resolved.get(key)
+            if topics_of is None:
+                topics_of = resolved[key] = frozenset(t for t in metadata if m.subscribes_to(t))
+            subscriptions[m.member_id] = topics_of
         assignor = ASSIGNORS[self.assignor_name]
-        self.target = assignor(subscriptions, metadata, self.target)
+        target = self.target
+        computed = assignor(subscriptions, metadata, target)
+        # In place: a member's unchanged target stays the same object (its version and its
+        # text in encoded_snapshot are kept).
+        for member_id in [m for m in target if m not in computed]:
+            del target[member_id]
+        for member_id, partitions in computed.items():
+            if target.get(member_id) != partitions:
+                target[member_id] = partitions
         self.subscribed_topics = metadata
         self.assignment_epoch = self.group_epoch
 
@@ -450,10 +535,10 @@ class ConsumerGroup:
 
     # ----------------------------------------------------------- persistence
     def state_token(self) -> tuple[object, ...]:
-        """A cheap value that differs whenever :meth:`snapshot` would: shallow copies whose
-        comparison short-cuts on the (immutable) members and partition sets left unchanged."""
-        return (self.group_epoch, self.assignment_epoch, dict(self.members), dict(self.target),
-                dict(self.subscribed_topics))
+        """A cheap value that differs whenever :meth:`snapshot` would: the epochs, the change
+        counts of the members and targets, and the subscribed topics (a few)."""
+        return (self.group_epoch, self.assignment_epoch, self.members.version,
+                self.target.version, dict(self.subscribed_topics))
 
     def snapshot(self) -> dict[str, object]:
         """The whole group as plain data (what ``__consumer_offsets`` keeps)."""
@@ -461,13 +546,26 @@ class ConsumerGroup:
             "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
             "subscribed_topics": self.subscribed_topics,
             "target": {m: sorted(tps) for m, tps in self.target.items()},
-            "members": [{**attrs.asdict(m, recurse=False),
-                         "assigned": sorted(m.assigned), "revoking": sorted(m.revoking),
-                         "subscribed_topic_names": list(m.subscribed_topic_names),
-                         "regex_topics": (None if m.regex_topics is None
-                                          else list(m.regex_topics))}
-                        for m in self.members.values()],
+            "members": [_member_data(m) for m in self.members.values()],
         }
+
+    def encoded_snapshot(self) -> bytes:
+        """:meth:`snapshot` as JSON, keys sorted: the bytes of ``json.dumps(snapshot(),
+        sort_keys=True)``. Every change of the group writes the whole group, so each member's
+        and each target's text is kept while it is unchanged (both are immutable values: an
+        unchanged one is the same object); a change then costs one member's encoding and a
+        join, not an encoding of every member (a join into a group of N members was O(N) of
+        encoding, so N joins were quadratic)."""
+        members, self._member_text = _texts(
+            self._member_text, self.members,
+            lambda _id, m: json.dumps(_member_data(m), sort_keys=True))
+        targets, self._target_text = _texts(
+            self._target_text, {m: self.target[m] for m in sorted(self.target)},
+            lambda member_id, tps: f"{json.dumps(member_id)}: {json.dumps(sorted(tps))}")
+        return (f'{{"assignment_epoch": {self.assignment_epoch}, '
+                f'"group_epoch": {self.group_epoch}, "members": [{", ".join(members)}], '
+                f'"subscribed_topics": {json.dumps(self.subscribed_topics, sort_keys=True)}, '
+                f'"target": {{{", ".join(targets)}}}}}').encode()
 
     @classmethod
     def restore(cls, group_id: str, settings: GroupSettings, data: Mapping[str, object]
@@ -479,7 +577,8 @@ class ConsumerGroup:
         group.subscribed_topics = dict(data["subscribed_topics"])  # type: ignore[call-overload]
         target = data["target"]
         assert isinstance(target, Mapping)
-        group.target = {m: frozenset((t, int(p)) for t, p in tps) for m, tps in target.items()}
+        group.target = _Versioned(
+            {m: frozenset((t, int(p)) for t, p in tps) for m, tps in target.items()})
         members = data["members"]
         assert isinstance(members, list)
         for raw in members:
@@ -494,3 +593,23 @@ class ConsumerGroup:
             if member.instance_id is not None:
                 group.static_members[member.instance_id] = member.member_id
         return group
+
+
+def _member_data(m: Member) -> dict[str, object]:
+    """One member of :meth:`ConsumerGroup.snapshot`."""
+    return {**attrs.asdict(m, recurse=False),
+            "assigned": sorted(m.assigned), "revoking": sorted(m.revoking),
+            "subscribed_topic_names": list(m.subscribed_topic_names),
+            "regex_topics": None if m.regex_topics is None else list(m.regex_topics)}
+
+
+
+def _texts(cache: dict[str, tuple[_V, str]], values: Mapping[str, _V],
+           encode: Callable[[str, _V], str]) -> tuple[list[str], dict[str, tuple[_V, str]]]:
+    """The text of each of ``values`` (in its order), from ``cache`` where the value is the
+    same object, else ``encode``d; and the cache of exactly these values."""
+    kept: dict[str, tuple[_V, str]] = {}
+    for key, value in values.items():
+        hit = cache.get(key)
+        kept[key] = hit if hit is not None and hit[0] is value else (value, encode(key, value))
+    return [text for _, text in kept.values()], kept
