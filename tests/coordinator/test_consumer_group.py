@@ -291,5 +291,8 @@ def test_a_partition_is_never_owned_by_two_members(steps: list[tuple[str, str]])
             for tp in m.assigned | m.revoking:
                 assert tp not in seen, f"{tp} held by {seen[tp]} and {m.member_id}"
                 seen[tp] = m.member_id
+        # The counts kept as members come and go name what the members subscribe to.
+        walked = {n for m in group.members.values() for n in m.subscribed_topic_names}
+        assert group.subscribed_metadata(topics) == {n: topics[n] for n in sorted(walked)}
         # What is written: the snapshot's JSON, whichever member texts were kept encoded.
         assert group.encoded_snapshot() == json.dumps(group.snapshot(), sort_keys=True).encode()

@@ -159,10 +159,11 @@ class _Members(_Versioned[Member]):
 
     def __setitem__(self, member_id: str, member: Member) -> None:
         old = self.get(member_id)
-        if old is not None:
-            self._count(old, -1)
+        if old is None or _subscription(old) != _subscription(member):
+            if old is not None:
+                self._count(old, -1)
+            self._count(member, 1)
         super().__setitem__(member_id, member)
-        self._count(member, 1)
 
     def __delitem__(self, member_id: str) -> None:
         self._count(self[member_id], -1)
@@ -176,6 +177,10 @@ class _Members(_Versioned[Member]):
                 _add(self.names, name, step)
         elif member.subscribed_topic_regex is not None:
             _add(self.patterns, member.subscribed_topic_regex, step)
+
+
+def _subscription(member: Member) -> tuple[object, ...]:
+    return member.subscribed_topic_names, member.subscribed_topic_regex, member.regex_topics
 
 
 def _add(counts: dict[str, int], key: str, step: int) -> None:
@@ -413,10 +418,7 @@ class ConsumerGroup:
 
     @staticmethod
     def _subscription_changed(a: Member, b: Member) -> bool:
-        return (a.subscribed_topic_names != b.subscribed_topic_names
-                or a.subscribed_topic_regex != b.subscribed_topic_regex
-                or a.regex_topics != b.regex_topics
-                or a.server_assignor != b.server_assignor)
+        return _subscription(a) != _subscription(b) or a.server_assignor != b.server_assignor
 
     def _bump(self, reason: str) -> None:
         self.group_epoch += 1
@@ -441,7 +443,7 @@ class ConsumerGroup:
         resolved: dict[tuple[object, ...], frozenset[str]] = {}
         subscriptions = {}
         for m in self.members.values():
-            key = (m.subscribed_topic_names, m.subscribed_topic_regex, m.regex_topics)
+            key = _subscription(m)
             topics_of = resolved.get(key)
             if topics_of is None:
                 topics_of = resolved[key] = frozenset(t for t in metadata if m.subscribes_to(t))
