@@ -47,7 +47,8 @@ def uniform_assignor(subscriptions: Mapping[str, frozenset[str]], topics: Mappin
     members = sorted(subscriptions)
     if not members:
         return {}
-    subs = {frozenset(subscriptions[m] & topics.keys()) for m in members}
+    # Members share their subscription objects: each distinct one is cut to the topics once.
+    subs = {frozenset(s & topics.keys()) for s in set(subscriptions.values())}
     if len(subs) == 1:
         return _uniform_homogeneous(members, next(iter(subs)), topics, previous)
     return _uniform_heterogeneous(members, subscriptions, topics, previous)
@@ -55,25 +56,40 @@ def uniform_assignor(subscriptions: Mapping[str, frozenset[str]], topics: Mappin
 
 def _uniform_homogeneous(members: list[str], subscribed: frozenset[str], topics: Mapping[str, int],
                          previous: Mapping[str, frozenset[TopicPartition]]) -> Assignment:
+    """``members`` sorted. A large group has many more members than partitions, so the work
+    per member that holds nothing is kept to a few dictionary operations."""
     all_partitions = [(t, p) for t in sorted(subscribed) for p in range(topics[t])]
     valid = set(all_partitions)
-    kept: dict[str, list[TopicPartition]] = {
-        m: sorted(tp for tp in previous.get(m, ()) if tp in valid) for m in members}
+    kept: dict[str, list[TopicPartition]] = {}
+    for m in members:
+        held = previous.get(m)
+        if held and (mine := sorted(tp for tp in held if tp in valid)):
+            kept[m] = mine
     quota, extra = divmod(len(all_partitions), len(members))
-    # Members that keep the most get the extra partitions: fewer partitions move.
-    order = sorted(members, key=lambda m: (-len(kept[m]), m))
-    target = {m: quota + (1 if i < extra else 0) for i, m in enumerate(order)}
+    # Members that keep the most get the extra partitions: fewer partitions move (ties by
+    # member id: the sort is stable and ``members`` sorted).
+    holders = sorted(kept, key=lambda m: -len(kept[m]))
+    order = holders + [m for m in members if m not in kept]
+    rank = {m: index for index, m in enumerate(holders)}
     taken: set[TopicPartition] = set()
     out: dict[str, list[TopicPartition]] = {}
-    for m in members:
-        out[m] = [tp for tp in kept[m] if tp not in taken][:target[m]]
-        taken.update(out[m])
+    for m, mine in kept.items():  # by member id: the first keeps a partition two claim
+        mine = [tp for tp in mine if tp not in taken][:quota + (1 if rank[m] < extra else 0)]
+        out[m] = mine
+        taken.update(mine)
     free = [tp for tp in all_partitions if tp not in taken]
-    for m in order:
-        need = target[m] - len(out[m])
-        out[m].extend(free[:need])
-        del free[:need]
-    return {m: frozenset(tps) for m, tps in out.items()}
+    result: Assignment = {}
+    for index, m in enumerate(order):
+        mine = out.get(m, [])
+        need = quota + (1 if index < extra else 0) - len(mine)
+        if need > 0 and free:
+            mine = mine + free[:need]
+            del free[:need]
+        result[m] = frozenset(mine) if mine else _EMPTY
+    return {m: result[m] for m in members}
+
+
+_EMPTY: frozenset[TopicPartition] = frozenset()
 
 
 def _uniform_heterogeneous(members: list[str], subscriptions: Mapping[str, frozenset[str]],
