@@ -605,7 +605,6 @@ def _member_data(m: Member) -> dict[str, object]:
             "regex_topics": None if m.regex_topics is None else list(m.regex_topics)}
 
 
-
 def _texts(cache: dict[str, tuple[_V, str]], values: Mapping[str, _V],
            encode: Callable[[str, _V], str]) -> tuple[list[str], dict[str, tuple[_V, str]]]:
     """The text of each of ``values`` (in its order), from ``cache`` where the value is the
