@@ -281,6 +281,74 @@ async def test_missing_index_is_rebuilt_after_clean_shutdown(tmp_path: Path) -> 
     lm.close()
 
 
+@pytest.mark.parametrize("damage", ["zeros_last", "torn_last", "zeros_middle", "torn_middle",
+                                    "offset_flipped_middle", "overlapping_copy"])
+async def test_damage_found_after_a_clean_shutdown_is_cut_alone(
+        tmp_path: Path, damage: str, log_events: Any) -> None:
+    """A clean shutdown trusts the indexes, but not a tail that does not hold up: a zero-filled
+    or torn tail, a base offset no segment can hold, a stray file overlapping its neighbours.
+    The damaged segment is cut at its first bad batch; the segments after it stay (they were
+    written after it was whole); the log end is right, so later appends are readable."""
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, {"segment.bytes": "400"})
+    for i in range(30):
+        await lm.append("t", 0, batch([b"%02d" % i]))
+    lm.close()
+    logs = sorted((tmp_path / "t-0").glob("*.log"))
+    bases = [int(p.name[:-4]) for p in logs]
+    assert len(bases) > 3
+    lost: set[int] = set()
+    target = logs[1] if "middle" in damage or damage == "overlapping_copy" else logs[-1]
+    size = target.stat().st_size
+    first_size = len(batch([b"00"]))
+    with open(target, "r+b") as handle:
+        if damage.startswith("zeros"):
+            handle.seek(0, os.SEEK_END)
+            handle.write(bytes(4096))  # a preallocated tail
+        elif damage.startswith("torn"):
+            handle.truncate(size - 10)
+            end = bases[bases.index(int(target.name[:-4])) + 1] if target != logs[-1] else 30
+            lost = {end - 1}
+        elif damage == "offset_flipped_middle":
+            handle.seek(first_size)  # the second batch's base offset, outside the CRC
+            handle.write(b"\x10")
+            lost = set(range(bases[1] + 1, bases[2]))
+    if damage == "overlapping_copy":
+        (tmp_path / "t-0" / f"{bases[1] + 2:020d}.log").write_bytes(target.read_bytes())
+    lm = LogManager(lm.config)
+    lm.open()
+    assert lm.clean_shutdown
+    kept = [(i, b"%02d" % i) for i in range(30) if i not in lost]
+    assert read_all(lm, "t") == kept
+    truncated = log_events.events("log_tail_truncated")
+    assert len(truncated) == 1 and truncated[0]["bytes"] > 0
+    log = lm.get_partition("t", 0)
+    assert log is not None and log.log_end_offset == (29 if damage == "torn_last" else 30)
+    after = await lm.append("t", 0, batch([b"after"]))
+    assert read_all(lm, "t") == [*kept, (after.base_offset, b"after")]
+    lm.close()
+
+
+async def test_crash_recovery_cuts_a_batch_whose_base_offset_overflows_its_segment(
+        tmp_path: Path) -> None:
+    """The base offset field is outside the CRC: a flipped high bit must not move the log end
+    by 2^60 (Kafka's ``ensureOffsetInRange`` in ``LogSegment.recover``)."""
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    for i in range(5):
+        await lm.append("t", 0, batch([b"v%d" % i]))
+    crash(lm)
+    log_file = tmp_path / "t-0" / "00000000000000000000.log"
+    with open(log_file, "r+b") as handle:
+        handle.seek(3 * len(batch([b"v0"])))
+        handle.write(b"\x10")
+    lm = LogManager(lm.config)
+    lm.open()
+    assert read_all(lm, "t") == [(i, b"v%d" % i) for i in range(3)]
+    assert (await lm.append("t", 0, batch([b"after"]))).base_offset == 3
+    lm.close()
+
+
 async def test_idempotent_duplicates_and_sequence_errors(tmp_path: Path) -> None:
     lm = make(tmp_path)
     lm.create_topic("t", 1)

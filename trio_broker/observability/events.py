@@ -204,7 +204,8 @@ _EVENT_LIST = [
     _spec("log_manager_opened", "The storage layer loaded its topics (after any recovery).",
           {"data_dir": STRING, "topics": LONG, "partitions": LONG, "clean_shutdown": BOOLEAN,
            "duration_ms": DOUBLE}),
-    _spec("log_tail_truncated", "Crash recovery cut a torn or corrupt segment tail.",
+    _spec("log_tail_truncated", "Recovery cut a torn or corrupt segment tail (after a crash, "
+          "or a damaged segment found at start-up).",
           {"topic": STRING, "partition": LONG, "segment": LONG, "bytes": LONG,
            "reason": STRING}, "warning"),
     _spec("log_index_rebuilt", "A missing or broken segment index was rebuilt from the log.",

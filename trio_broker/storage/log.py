@@ -145,22 +145,35 @@ class PartitionLog:
             next_base = self.segments[index + 1].base_offset if not is_last else None
             needs_recovery = not clean and (next_base is None or next_base > point)
             if not needs_recovery:
-                trusted = segment.load_indexes(next_base if next_base is not None else 2**63 - 1)
-                if trusted:
-                    segment.scan_tail()
+                indexed = segment.load_indexes(
+                    next_base if next_base is not None else 2**63 - 1)
+                if indexed and segment.scan_tail():
                     continue
-                emit("log_index_rebuilt", topic=self.topic, partition=self.partition,
-                     segment=segment.base_offset)
+                if not indexed:
+                    emit("log_index_rebuilt", topic=self.topic, partition=self.partition,
+                         segment=segment.base_offset)
             truncated, reason = segment.recover(segment.base_offset)
             if truncated:
                 emit("log_tail_truncated", topic=self.topic, partition=self.partition,
                      segment=segment.base_offset, bytes=truncated, reason=reason or "")
-                # Segments after a corrupt one cannot follow on from it: drop them.
-                for later in self.segments[index + 1:]:
-                    later.delete()
-                del self.segments[index + 1:]
-                del self._bases[index + 1:]
-                break
+                if needs_recovery:
+                    # Kafka's recoverLog: unflushed segments after a corrupt one cannot
+                    # follow on from it, drop them. A flushed (or cleanly closed) segment
+                    # found damaged is cut alone: the later ones were written and synced
+                    # after it was whole, and hold acknowledged data.
+                    for later in self.segments[index + 1:]:
+                        later.delete()
+                    del self.segments[index + 1:]
+                    del self._bases[index + 1:]
+                    break
+        # A segment left empty before the last (a damaged one cut to nothing, a stray file
+        # overlapping its neighbours) holds nothing, and reads must not stop in it.
+        for segment in [s for s in self.segments[:-1] if s.size == 0]:
+            self.segments.remove(segment)
+            segment.delete()
+            emit("log_segment_deleted", topic=self.topic, partition=self.partition,
+                 segment=segment.base_offset, size=0, reason="empty_after_recovery")
+        self._bases = [s.base_offset for s in self.segments]
         # Kafka's log-start-offset checkpoint: DeleteRecords may have moved it into a segment.
         self.log_start_offset = min(max(self.segments[0].base_offset, log_start_offset or 0),
                                     self.log_end_offset)

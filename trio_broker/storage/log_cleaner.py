@@ -270,9 +270,7 @@ class LogCleaner:
         new = Segment(log.directory, base, index_max_bytes=log.config.segment_index_bytes,
                       index_interval_bytes=log.config.index_interval_bytes,
                       created_ms=now_ms())
-        if new.load_indexes(next_base):
-            new.scan_tail()
-        else:
+        if not (new.load_indexes(next_base) and new.scan_tail()):
             new.recover(base)
         log.replace_segments(old, new)
         return new

@@ -365,8 +365,14 @@ class Segment:
             return False
         return self.offset_index.load(self.size) and self.time_index.load(next_offset)
 
-    def scan_tail(self) -> None:
-        """For a trusted segment: find the end state by reading headers after the last entry."""
+    def scan_tail(self) -> bool:
+        """For a trusted segment: find the end state by reading headers after the last entry.
+
+        False when those headers do not hold up: a batch torn off or running past the file, a
+        zero-filled (preallocated) or garbage tail, an offset going backwards or beyond what
+        the segment can index. A clean shutdown does not explain such a tail; the caller
+        recovers the segment instead (trusting it would put the log end wherever the garbage
+        says, and later appends after bytes no reader can pass)."""
         if self.size >= rb.HEADER_SIZE:
             first = rb.decode_header(self.pread(rb.HEADER_SIZE, 0))
             self.roll_base_ms = first.max_timestamp
@@ -374,11 +380,28 @@ class Segment:
             self.max_timestamp = self.time_index.timestamps[-1]
             self.offset_of_max_timestamp = self.time_index.offsets[-1]
         position = self.offset_index.positions[-1] if self.offset_index.positions else 0
-        for _, header in self.iter_headers(position):
+        expected = self.base_offset
+        while position < self.size:
+            if position + rb.HEADER_SIZE > self.size:
+                return False
+            header = rb.decode_header(os.pread(self.fd, rb.HEADER_SIZE, position))
+            if (header.batch_length < rb.MIN_BATCH_LENGTH or header.magic != rb.MAGIC
+                    or position + header.size > self.size or header.base_offset < expected
+                    or not self._offset_fits(header)):
+                return False
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
-            self.next_offset = header.next_offset
+            self.next_offset = expected = header.next_offset
+            position += header.size
+        return True
+
+    def _offset_fits(self, header: rb.BatchHeader) -> bool:
+        """Kafka's ``ensureOffsetInRange``: the batch's offsets are indexable relative to the
+        segment's base (the base offset field is outside the CRC; a flipped bit there must
+        not move the log end by 2^60)."""
+        return header.last_offset_delta >= 0 and (
+            0 <= header.last_offset - self.base_offset <= rb.INT32_MAX)
 
     def recover(self, expected_base: int) -> tuple[int, str | None]:
         """Validate every batch (CRC included), rebuild both indexes and truncate whatever follows
@@ -414,6 +437,10 @@ class Segment:
                     break
                 if header.base_offset < expected:
                     reason = f"offset {header.base_offset} goes backwards (expected {expected})"
+                    break
+                if not self._offset_fits(header):
+                    reason = (f"offset {header.last_offset} is out of range for segment "
+                              f"{self.base_offset}")
                     break
                 self._index_recovered(valid + position, header)
                 expected = header.next_offset
