@@ -89,6 +89,23 @@ def test_start_up_failures_are_one_line(tmp_path: Path, broker_process: Any) -> 
     assert running.stop() == 0
 
 
+@pytest.mark.parametrize("content", [
+    "{garbage", "", '{"topics": [{"name": "t"}]}', '{"topics": 5}',
+    '{"topics": [{"name": "../escape", "topic_id": "' + "0" * 32 + '", "num_partitions": 1}]}',
+    '{"topics": [{"name": "t", "topic_id": "' + "0" * 32 + '", "num_partitions": -1}]}'])
+def test_a_corrupt_topics_file_fails_start_up_naming_it(tmp_path: Path, content: str) -> None:
+    """The topic metadata file, damaged or hand-edited wrong, is refused as Kafka refuses a
+    corrupt checkpoint: one line naming the file, no traceback, nothing created."""
+    (tmp_path / "topics.json").write_text(content)
+    result = run_cli("run", "--override", f"log.dirs={tmp_path}",
+                     "--override", "listeners=PLAINTEXT://127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"trio_broker: cannot start: {tmp_path / 'topics.json'} "
+                                    "is corrupt")
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path.parent / "escape-0").exists()
+
+
 #: Runs the command as its console script does, with a real SIGINT delivered to the process
 #: at a chosen import (the moment a Ctrl-C lands is otherwise a matter of luck).
 _CTRL_C_DURING_IMPORT = """

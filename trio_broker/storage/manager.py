@@ -217,12 +217,26 @@ class LogManager:
         path = self.data_dir / TOPICS_FILE
         topics: dict[str, TopicInfo] = {}
         if path.exists():
-            payload = json.loads(path.read_text(encoding="utf-8"))
-            for item in payload["topics"]:
-                info = TopicInfo(item["name"], uuid.UUID(item["topic_id"]),
-                                 int(item["num_partitions"]), dict(item.get("configs", {})),
-                                 bool(item.get("internal", False)))
-                topics[info.name] = info
+            try:
+                payload = json.loads(path.read_text(encoding="utf-8"))
+                for item in payload["topics"]:
+                    info = TopicInfo(item["name"], uuid.UUID(item["topic_id"]),
+                                     int(item["num_partitions"]),
+                                     dict(item.get("configs", {})),
+                                     bool(item.get("internal", False)))
+                    validate_topic_name(info.name)  # a directory name: no "../"
+                    if not 1 <= info.num_partitions <= MAX_PARTITIONS:
+                        raise ValueError(f"topic '{info.name}' has {info.num_partitions} "
+                                         f"partitions (allowed: 1 to {MAX_PARTITIONS})")
+                    topics[info.name] = info
+            except (ValueError, KeyError, TypeError, AttributeError, InvalidTopic) as exc:
+                # As Kafka with a corrupt checkpoint or metadata file: refuse the directory,
+                # naming the file (guessing the topics could resurrect deleted ones or lose
+                # their configs and ids).
+                raise KafkaStorageError(
+                    f"{path} is corrupt ({type(exc).__name__}: {exc}); restore it from a backup "
+                    "or remove it to adopt the partition directories with default configs"
+                ) from None
             return topics
         # No metadata file (first start, or a data dir from elsewhere): adopt partition dirs.
         counts: dict[str, int] = {}
