@@ -349,6 +349,32 @@ async def test_crash_recovery_cuts_a_batch_whose_base_offset_overflows_its_segme
     lm.close()
 
 
+async def test_a_lost_producer_id_block_never_reissues_a_known_id(tmp_path: Path) -> None:
+    """Without ``producer-id-block`` the ids restarted at 0: a new idempotent producer was
+    given the id of one the partition still knew, and its first batch (sequence 0) was answered
+    as a duplicate and dropped. A garbage file is refused, naming it."""
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    pid = lm.allocate_producer_id()
+    await lm.append("t", 0, batch([b"old"], producer_id=pid, producer_epoch=0,
+                                  base_sequence=0))
+    lm.close()
+    block = tmp_path / "producer-id-block"
+    block.write_text("garbage\n")
+    with pytest.raises(se.StorageError, match="producer-id-block is corrupt"):
+        LogManager(lm.config).open()
+    block.unlink()
+    lm = LogManager(lm.config)
+    lm.open()
+    fresh = lm.allocate_producer_id()
+    assert fresh > pid
+    result = await lm.append("t", 0, batch([b"new"], producer_id=fresh, producer_epoch=0,
+                                           base_sequence=0))
+    assert not result.duplicate
+    assert read_all(lm, "t") == [(0, b"old"), (1, b"new")]
+    lm.close()
+
+
 async def test_idempotent_duplicates_and_sequence_errors(tmp_path: Path) -> None:
     lm = make(tmp_path)
     lm.create_topic("t", 1)

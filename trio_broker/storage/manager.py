@@ -120,6 +120,18 @@ class LogManager:
         started = time.perf_counter()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
+        try:
+            self._load()
+        except BaseException:
+            # Nothing half-open left behind (a corrupt file named in the error can be fixed
+            # and the directory opened again by this process).
+            self.abandon()
+            raise
+        emit("log_manager_opened", data_dir=str(self.data_dir), topics=len(self._topics),
+             partitions=len(self._logs), clean_shutdown=self.clean_shutdown,
+             duration_ms=(time.perf_counter() - started) * 1000)
+
+    def _load(self) -> None:
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         points = self._read_checkpoint(RECOVERY_CHECKPOINT_FILE)
@@ -132,14 +144,13 @@ class LogManager:
                 self._open_log(info.name, partition, points.get(key), starts.get(key))
         self._remove_strays()
         self.cleaner.load()
-        self._producer_ids = ProducerIdAllocator(self.data_dir / PRODUCER_ID_FILE)
+        known = [pid for log in self._logs.values() for pid in log.producer_state.producers]
+        self._producer_ids = ProducerIdAllocator(self.data_dir / PRODUCER_ID_FILE,
+                                                 floor=max(known, default=-1) + 1)
         # From here on, a crash must trigger recovery: the marker goes before any write.
         marker.unlink(missing_ok=True)
         self._write_recovery_points()
         self._opened = True
-        emit("log_manager_opened", data_dir=str(self.data_dir), topics=len(self._topics),
-             partitions=len(self._logs), clean_shutdown=self.clean_shutdown,
-             duration_ms=(time.perf_counter() - started) * 1000)
 
     def _lock_data_dir(self) -> None:
         """Kafka's ``.lock``: a second broker on the same directory would corrupt it (and its

@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 
 from ..protocol import records as rb
-from .errors import InvalidProducerEpoch, OutOfOrderSequence
+from .errors import InvalidProducerEpoch, OutOfOrderSequence, StorageError
 
 MAX_BATCHES_PER_PRODUCER = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -195,7 +195,7 @@ class ProducerStateManager:
                         entry.batches.append(BatchMetadata(*(int(v) for v in batch)))
                     producers[entry.producer_id] = entry
                 txns = {int(pid): int(first) for pid, first in payload.get("txns", {}).items()}
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 path.unlink(missing_ok=True)
                 continue
             self.producers = producers
@@ -216,15 +216,25 @@ class ProducerIdAllocator:
     is reserved (and the file rewritten, fsynced) before any id of it is handed out.
     """
 
-    def __init__(self, path: Path, block_size: int = 1000) -> None:
+    def __init__(self, path: Path, block_size: int = 1000, *, floor: int = 0) -> None:
+        """``floor``: above every producer id the logs still know. A missing file (a first
+        start, or lost) never hands out an id a partition still has state for: a new producer
+        given a known id with sequence 0 would be answered "duplicate", its records dropped."""
         self.path = path
         self.block_size = block_size
-        self._next = 0
-        self._block_end = 0
         try:
-            self._block_end = self._next = int(path.read_text(encoding="utf-8").strip() or 0)
-        except (OSError, ValueError):
-            self._block_end = self._next = 0
+            text = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            text = ""
+        try:
+            stored = int(text or 0)
+        except ValueError:
+            stored = -1
+        if stored < 0:
+            raise StorageError(
+                f"{path} is corrupt ({text[:40]!r} is not a producer id); remove it to restart "
+                "the ids above those the partitions know")
+        self._block_end = self._next = max(stored, floor)
 
     def allocate(self) -> int:
         if self._next >= self._block_end:
