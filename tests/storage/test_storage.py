@@ -553,6 +553,35 @@ async def test_delete_records_moves_the_log_start_offset_durably(tmp_path: Path)
     lm.close()
 
 
+@pytest.mark.parametrize("name", ["log-start-offset-checkpoint",
+                                  "recovery-point-offset-checkpoint",
+                                  "cleaner-offset-checkpoint"])
+@pytest.mark.parametrize("content", ["0\n1\nd 0 x\n", "zz\n", "0\n2\nd 0 3\n",
+                                     "0\n1\nd 0 3 4\n", "1\n0\n"])
+async def test_a_malformed_checkpoint_file_is_an_error_naming_it(
+        tmp_path: Path, name: str, content: str) -> None:
+    """As Kafka's CheckpointFile reader. A malformed log-start checkpoint was read as empty,
+    so the records DeleteRecords had removed came back after a restart."""
+    lm = make(tmp_path)
+    lm.create_topic("d", 1)
+    for i in range(5):
+        await lm.append("d", 0, batch([b"%d" % i]))
+    assert await lm.delete_records("d", 0, 3) == 3
+    lm.close()
+    good = (tmp_path / name).read_text() if (tmp_path / name).exists() else None
+    (tmp_path / name).write_text(content)
+    with pytest.raises(se.KafkaStorageError, match=f"Malformed checkpoint file .*{name}"):
+        LogManager(lm.config).open()
+    if good is None:
+        (tmp_path / name).unlink()
+    else:
+        (tmp_path / name).write_text(good)
+    lm = LogManager(lm.config)
+    lm.open()
+    assert lm.list_offset("d", 0, -2) == (3, -1)
+    lm.close()
+
+
 async def test_retention_keeps_working_after_delete_records(tmp_path: Path) -> None:
     lm = make(tmp_path)
     lm.create_topic("r", 1, {"segment.bytes": "300", "retention.bytes": "700"})

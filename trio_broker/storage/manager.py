@@ -282,13 +282,29 @@ class LogManager:
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         """A Kafka offset checkpoint file (version, count, then ``topic partition offset``)."""
         points: dict[tuple[str, int], int] = {}
+        path = self.data_dir / name
         try:
-            lines = (self.data_dir / name).read_text("utf-8").splitlines()
-            for line in lines[2:]:
+            lines = path.read_text("utf-8").splitlines()
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise KafkaStorageError(f"Cannot read checkpoint file {path}: {exc}") from None
+        # Kafka's CheckpointFile reader: a malformed file is an error naming it (ignoring it
+        # would bring back records DeleteRecords removed, or let the cleaner drop tombstones
+        # again), never silently empty.
+        try:
+            if not lines or lines[0].strip() != "0":
+                raise ValueError(f"unrecognized version {lines[0] if lines else ''!r}")
+            count = int(lines[1])
+            entries = [line for line in lines[2:] if line.strip()]
+            if count != len(entries):
+                raise ValueError(f"expected {count} entries but found {len(entries)}")
+            for line in entries:
                 topic, partition, offset = line.split()
                 points[(topic, int(partition))] = int(offset)
-        except (OSError, ValueError):
-            return {}
+        except (ValueError, IndexError) as exc:
+            raise KafkaStorageError(
+                f"Malformed checkpoint file {path} ({exc}); restore or remove it") from None
         return points
 
     def _write_recovery_points(self) -> None:
