@@ -329,6 +329,29 @@ async def test_damage_found_after_a_clean_shutdown_is_cut_alone(
     lm.close()
 
 
+async def test_log_files_not_named_by_twenty_digits_are_not_segments(
+        tmp_path: Path, log_events: Any) -> None:
+    """``5.log`` used to be opened as a segment at base 5 (creating an empty
+    ``00000000000000000005.log`` inside segment 0's offsets, with an index-rebuilt warning)."""
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    for i in range(3):
+        await lm.append("t", 0, batch([b"v%d" % i]))
+    lm.close()
+    directory = tmp_path / "t-0"
+    (directory / "5.log").write_bytes((directory / f"{0:020d}.log").read_bytes())
+    (directory / "0000000000000000000007.log").write_bytes(b"")
+    lm = LogManager(lm.config)
+    lm.open()
+    log = lm.get_partition("t", 0)
+    assert log is not None and [s.base_offset for s in log.segments] == [0]
+    assert {p.name for p in directory.glob("*.log")} == {
+        "0000000000000000000007.log", f"{0:020d}.log", "5.log"}
+    assert log_events.events("log_index_rebuilt") == []
+    assert read_all(lm, "t") == [(i, b"v%d" % i) for i in range(3)]
+    lm.close()
+
+
 async def test_crash_recovery_cuts_a_batch_whose_base_offset_overflows_its_segment(
         tmp_path: Path) -> None:
     """The base offset field is outside the CRC: a flipped high bit must not move the log end

@@ -118,8 +118,10 @@ class PartitionLog:
         for leftover in self.directory.glob("*.tmp"):
             leftover.unlink(missing_ok=True)
         recover_swaps(self.directory, self.topic, self.partition)
+        # Only Kafka's names (20 digits): "5.log" would otherwise open (and create) an empty
+        # 00000000000000000005.log next to the file it was named after.
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log")
-                       if p.name[:-4].isdigit())
+                       if len(p.name) == 24 and p.name[:-4].isdigit())
         # Indexes without a log are debris of a deleted segment.
         for pattern in ("*.index", "*.timeindex"):
             for path in self.directory.glob(pattern):
