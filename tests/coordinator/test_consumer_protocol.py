@@ -12,8 +12,12 @@ import trio
 from kio.schema.errors import ErrorCode as E
 
 from tests.coordinator.group_harness import Harness
+from trio_broker.config import load_config
 from trio_broker.coordinator import OffsetCommitEntry
+from trio_broker.coordinator.consumer_coordinator import encode_snapshot_key
 from trio_broker.coordinator.consumer_group import HeartbeatRequest
+from trio_broker.protocol import records as rb
+from trio_broker.storage.manager import LogManager
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -97,6 +101,39 @@ async def test_offsets_check_member_epochs_and_survive_a_restart(
         assert error == 0 and not restored.members
         join = await again.join("g")
         assert join.error == E.member_id_required
+        inner.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("snapshot", [b"{}", b"5", b'{"group_epoch": "x"}', b"[1, 2]"])
+async def test_a_damaged_group_snapshot_is_skipped_at_load(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any, log_events: Any,
+        snapshot: bytes) -> None:
+    """A snapshot record that is JSON but not a group (damaged on disk) used to end the
+    coordinator's load with a KeyError/TypeError, and the broker's start-up with a traceback.
+    It is skipped as Kafka skips a record it cannot load; the offsets stay."""
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 2)
+    _, _, joined = await beat(harness, "a", 0, subscribed_topic_names=("t",))
+    ok = await coord.commit_offsets(group_id="g", generation_id=joined.member_epoch,
+                                    member_id="a", group_instance_id=None,
+                                    offsets={("t", 0): OffsetCommitEntry(42)})
+    assert ok == {("t", 0): 0}
+    await harness.stop()
+    lm = LogManager(load_config({"log.dirs": str(harness.data_dir)}))
+    lm.open()
+    damaged = rb.build_batch([(encode_snapshot_key("g"), snapshot, [], 0)])
+    await lm.append("__consumer_offsets", coord.partition_for("g"), damaged,
+                    producer_check=False)
+    lm.close()
+
+    again = Harness(harness.data_dir, harness.overrides)
+    async with trio.open_nursery() as inner:
+        coord2 = await again.start(inner)
+        assert "g" not in coord2.consumer_groups.groups
+        assert [e["group_id"] for e in log_events.events("group_load_skipped")] == ["g"]
+        assert coord2.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 42  # type: ignore
+        error, _, rejoined = await beat(again, "a", 0, subscribed_topic_names=("t",))
+        assert error == 0 and rejoined.member_epoch > 0
         inner.cancel_scope.cancel()
 
 

@@ -97,8 +97,16 @@ class ConsumerGroups:
 
     def finish_load(self) -> None:
         for group_id, data in self._loaded.items():
-            if data is not None:
+            if data is None:
+                continue
+            try:
                 self.groups[group_id] = ConsumerGroup.restore(group_id, self.settings, data)
+            except (KeyError, TypeError, ValueError, AttributeError, AssertionError) as exc:
+                # As Kafka skips a record it cannot load: one damaged snapshot must not stop
+                # the coordinator (and with it the broker's start-up).
+                self._written.pop(group_id, None)
+                emit("group_load_skipped", group_id=group_id,
+                     error=f"{type(exc).__name__}: {exc}")
         self._loaded.clear()
 
     def start(self) -> None:

@@ -298,6 +298,11 @@ _EVENT_LIST = [
     _spec("groups_loaded", "The coordinator loaded groups and offsets from __consumer_offsets.",
           {"partitions": LONG, "groups": LONG, "offsets": LONG, "records": LONG,
            "duration_ms": DOUBLE}),
+    _spec("group_load_skipped",
+          "A consumer-protocol group's snapshot in __consumer_offsets could not be read at "
+          "load (damaged): the group starts empty and its members rejoin; its committed "
+          "offsets are separate records and are kept.",
+          {"group_id": STRING, "error": STRING}, "error"),
     _spec("transactions_loaded",
           "The transaction coordinator loaded __transaction_state (pending: interrupted "
           "PrepareCommit/PrepareAbort it will complete).",
