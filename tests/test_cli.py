@@ -106,6 +106,24 @@ def test_a_corrupt_topics_file_fails_start_up_naming_it(tmp_path: Path, content:
     assert not (tmp_path.parent / "escape-0").exists()
 
 
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("client-quotas.json", "{garbage", "cannot read the client quotas in"),
+    ("client-quotas.json", '[{"entity": 5}]', "cannot read the client quotas in"),
+    ("meta.properties", "version=1\ncluster.id=abc\nnode.id=zz\n", "node.id 'zz' stored in"),
+])
+def test_other_unreadable_files_of_the_data_dir_fail_start_up_naming_them(
+        tmp_path: Path, name: str, content: str, message: str) -> None:
+    """Saved client quotas and meta.properties, damaged: one line naming the file (they ended
+    in a traceback)."""
+    (tmp_path / name).write_text(content)
+    result = run_cli("run", "--override", f"log.dirs={tmp_path}",
+                     "--override", "listeners=PLAINTEXT://127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"trio_broker: cannot start: {message}")
+    assert str(tmp_path / name) in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
 #: Runs the command as its console script does, with a real SIGINT delivered to the process
 #: at a chosen import (the moment a Ctrl-C lands is otherwise a matter of luck).
 _CTRL_C_DURING_IMPORT = """

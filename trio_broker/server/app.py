@@ -57,6 +57,8 @@ def load_or_create_cluster_id(config: BrokerConfig) -> str:
         meta = parse_properties(path.read_text(encoding="utf-8"))
         cluster_id = meta.get("cluster.id", "")
         stored_node = meta.get("node.id")
+        if stored_node is not None and not stored_node.lstrip("-").isdigit():
+            raise RuntimeError(f"node.id {stored_node!r} stored in {path} is not a number")
         if stored_node is not None and int(stored_node) != config.node_id:
             raise RuntimeError(
                 f"node.id {config.node_id} does not match node.id {stored_node} stored in {path}")

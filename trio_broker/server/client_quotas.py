@@ -95,14 +95,21 @@ class ClientQuotas:
         """Apply the quotas saved by an earlier run (either file format)."""
         if not self._path.exists():
             return
-        for entry in json.loads(self._path.read_text(encoding="utf-8")):
-            if "entity" in entry:
-                entity = entity_of(entry["entity"].items())
-                values = {k: float(v) for k, v in entry["quotas"].items()}
-            else:  # the first format: ip entities only
-                entity = ((IP_ENTITY, entry["ip"]),)
-                values = {CONNECTION_CREATION_RATE: float(entry[CONNECTION_CREATION_RATE])}
-            self._entities[entity] = values
+        entities: dict[Entity, dict[str, float]] = {}
+        try:
+            for entry in json.loads(self._path.read_text(encoding="utf-8")):
+                if "entity" in entry:
+                    entity = entity_of(entry["entity"].items())
+                    values = {k: float(v) for k, v in entry["quotas"].items()}
+                else:  # the first format: ip entities only
+                    entity = ((IP_ENTITY, entry["ip"]),)
+                    values = {CONNECTION_CREATION_RATE: float(entry[CONNECTION_CREATION_RATE])}
+                entities[entity] = values
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # As the ACLs: starting without the saved quotas would silently lift them.
+            raise RuntimeError(f"cannot read the client quotas in {self._path}: {exc!r}"
+                               ) from None
+        self._entities.update(entities)
         self._applied()
 
     def _save(self) -> None:
