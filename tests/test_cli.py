@@ -124,6 +124,29 @@ def test_other_unreadable_files_of_the_data_dir_fail_start_up_naming_them(
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+def test_an_unusable_log_dir_or_logging_file_fails_start_up_naming_the_key(
+        tmp_path: Path) -> None:
+    """A log directory that is a file (or under one), or a logging.file that is a directory:
+    a configuration error naming the key, not an OSError or a traceback."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cases = [
+        (["log.dirs=" + str(afile)], "log.dirs", "must be a directory (this is a file)"),
+        (["log.dir=" + str(afile / "sub")], "log.dir", "must be a directory that can be"),
+        ([f"log.dirs={tmp_path / 'data'}", f"logging.file={tmp_path}"], "logging.file",
+         "cannot be opened for writing"),
+    ]
+    for overrides, key, allowed in cases:
+        args = ["run", "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
+        for override in overrides:
+            args += ["--override", override]
+        result = run_cli(*args)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("trio_broker: configuration error: Invalid value")
+        assert f"for configuration {key}: {allowed}" in result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
 #: Runs the command as its console script does, with a real SIGINT delivered to the process
 #: at a chosen import (the moment a Ctrl-C lands is otherwise a matter of luck).
 _CTRL_C_DURING_IMPORT = """

@@ -300,6 +300,13 @@ def test_kafka_keys_without_effect_land_in_ignored_keys(key: str) -> None:
         ("default.replication.factor", "3", "between 1 and 1"),
         ("node.id", "-1", "at least 0"),
         ("broker.id", "x", "type int"),
+        # Kafka's INT and LONG are Java's: more is "Not a number of type INT"
+        ("num.io.threads", "99999999999999999999", "type int (at most 2147483647)"),
+        ("log.segment.bytes", "2147483648", "type int (at most 2147483647)"),
+        ("node.id", "-2147483649", "type int"),
+        ("connections.max.idle.ms", "9223372036854775808", "type long"),
+        ("log.retention.bytes", "-9223372036854775809", "type long"),
+        ("metrics.prometheus.listener", "127.0.0.1:99999", "between 0 and 65535"),
     ],
 )
 def test_bad_value_names_key_and_allowed(key: str, value: str, allowed: str) -> None:

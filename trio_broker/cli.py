@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -175,6 +176,23 @@ def _only_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def check_data_dir(config: BrokerConfig) -> None:
+    """The log directory must be a directory this process can write (created if missing);
+    otherwise a :class:`ConfigError` naming ``log.dirs`` (or ``log.dir``), not an OSError
+    from deep inside storage."""
+    key = "log.dirs" if config.log_dirs else "log.dir"
+    path = config.data_dir
+    if path.exists() and not path.is_dir():
+        raise ConfigError(key, str(path), "must be a directory (this is a file)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(key, str(path), "must be a directory that can be created "
+                          f"({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(key, str(path), "must be a writable directory")
+
+
 def run_broker(config: BrokerConfig) -> int:
     """Run until SIGINT or SIGTERM, then shut down in order; exit status 0 on a clean stop."""
     from .observability.log import configure_logging, emit
@@ -184,10 +202,20 @@ def run_broker(config: BrokerConfig) -> int:
     keep_large_buffers_in_heap()
     files_before, files_now = raise_open_file_limit()
 
-    writer = configure_logging(
-        broker_id=config.node_id, file=config.logging_file, fmt=config.logging_format,
-        level=config.logging_level, max_bytes=config.logging_file_max_bytes,
-        backup_count=config.logging_file_backup_count)
+    try:
+        check_data_dir(config)
+        try:
+            writer = configure_logging(
+                broker_id=config.node_id, file=config.logging_file, fmt=config.logging_format,
+                level=config.logging_level, max_bytes=config.logging_file_max_bytes,
+                backup_count=config.logging_file_backup_count)
+        except OSError as failed:
+            raise ConfigError("logging.file", config.logging_file,
+                              f"cannot be opened for writing ({failed.strerror or failed})"
+                              ) from None
+    except ConfigError as refused:
+        print(f"trio_broker: configuration error: {refused}", file=sys.stderr)
+        return 2
     if files_now != files_before:
         emit("open_file_limit_raised", before=files_before, limit=files_now)
 

@@ -177,12 +177,21 @@ def _long(key: str, default: int | None, doc: str, **kw: Any) -> Any:
 
 
 
+_TYPE_LIMITS = {"int": INT_MAX, "long": LONG_MAX}
+
+
 def _convert(key: str, field: attrs.Attribute[Any], text: str) -> Any:
     meta = field.metadata
     try:
         value = meta["parser"](text)
     except ValueError:
         raise ConfigError(key, text, f"expected a value of type {meta['type_name']}") from None
+    limit = _TYPE_LIMITS.get(meta["type_name"])
+    if limit is not None and value is not None and not -limit - 1 <= value <= limit:
+        # Kafka's ConfigDef parses INT and LONG with Integer/Long.parseInt: "Not a number of
+        # type INT". Accepting more would start 10^23 threads or overflow a Java client.
+        raise ConfigError(key, text.strip(), f"expected a value of type {meta['type_name']} "
+                          f"(at most {limit})")
     problem = meta["validator"](value)
     if problem:
         raise ConfigError(key, value, problem)

@@ -95,3 +95,8 @@ def validate(config: BrokerConfig) -> None:
                 "metrics.prometheus.listener", config.metrics_prometheus_listener,
                 "must look like host:port",
             )
+        if int(port) > 65535:
+            raise ConfigError(
+                "metrics.prometheus.listener", config.metrics_prometheus_listener,
+                "the port must be between 0 and 65535",
+            )
