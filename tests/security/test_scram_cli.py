@@ -52,3 +52,29 @@ def test_bad_specs_are_refused() -> None:
         parse_add_config("SCRAM-SHA-256=[iterations=8192]")
     with pytest.raises(ValueError):
         parse_add_config("SCRAM-SHA-1=[password=x]")
+
+
+@pytest.mark.parametrize("content", ["garbage", '{"users": 5}',
+                                     '{"users": {"u": {"SCRAM-SHA-256": {"salt": "x"}}}}'])
+def test_an_unreadable_credentials_file_is_one_line_and_kept(tmp_path: Path,
+                                                             content: str) -> None:
+    """A damaged credentials file: the tool and the broker stop with one line naming it (they
+    ended in a traceback), and an --alter never writes over the users it could not read."""
+    path = tmp_path / "scram-credentials.json"
+    path.write_text(content)
+    for args in (["--describe"], ["--alter", "--entity-name", "u",
+                                  "--add-config", "SCRAM-SHA-256=[password=x]"]):
+        result = scram("--data-dir", str(tmp_path), *args)
+        assert result.returncode == 1
+        assert result.stderr.startswith(
+            f"trio_broker scram: cannot read the SCRAM credentials in {path}")
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert path.read_text() == content
+    broker = subprocess.run(
+        [sys.executable, "-m", "trio_broker", "run", "--override", f"log.dirs={tmp_path}",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60)
+    assert broker.returncode == 1
+    assert broker.stderr.startswith(
+        f"trio_broker: cannot start: cannot read the SCRAM credentials in {path}")
+    assert len(broker.stderr.splitlines()) == 1

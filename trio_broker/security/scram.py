@@ -77,6 +77,10 @@ def _decode(data: dict[str, object]) -> ScramCredential:
                            b64(str(data["server_key"])), int(str(data["iterations"])))
 
 
+class UnreadableCredentials(RuntimeError):
+    """The credentials file exists but is not one this store wrote (damaged, hand-edited)."""
+
+
 class ScramStore:
     """The credentials of one data directory."""
 
@@ -98,10 +102,15 @@ class ScramStore:
             return
         users: dict[str, dict[str, ScramCredential]] = {}
         if mtime is not None:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            for user, mechs in raw.get("users", {}).items():
-                users[user] = {mech: _decode(cred) for mech, cred in mechs.items()
-                               if mech in MECHANISMS}
+            try:
+                raw = json.loads(self.path.read_text(encoding="utf-8"))
+                for user, mechs in raw.get("users", {}).items():
+                    users[user] = {mech: _decode(cred) for mech, cred in mechs.items()
+                                   if mech in MECHANISMS}
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # As the ACLs: never go on as if the users were gone (nor write over them).
+                raise UnreadableCredentials(
+                    f"cannot read the SCRAM credentials in {self.path}: {exc!r}") from None
         self._users = users
         self._loaded_mtime = mtime
 

@@ -93,6 +93,7 @@ class BrokerApp:
         self.metrics = BrokerMetrics()
         self.broker: Broker | None = None
         self.scram = ScramStore(config.data_dir)
+        self.scram.describe()  # an unreadable credentials file fails start-up, naming it
         self.socket_server = SocketServer(config, self.metrics, supported_versions(),
                                           listener_security(config, self.scram))
         self.listeners: list[BoundListener] = []

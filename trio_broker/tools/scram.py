@@ -27,6 +27,7 @@ from ..security.scram import (
     MECHANISMS,
     MIN_ITERATIONS,
     ScramStore,
+    UnreadableCredentials,
     credential_from_password,
 )
 
@@ -101,7 +102,14 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"trio_broker scram: configuration error: {exc}", file=sys.stderr)
         return 2
-    store = ScramStore(data_dir)
+    try:
+        return _run(parser, args, ScramStore(data_dir))
+    except UnreadableCredentials as exc:
+        print(f"trio_broker scram: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, store: ScramStore) -> int:
     if args.describe:
         described = store.describe()
         for user, mechanisms in sorted(described.items()):
