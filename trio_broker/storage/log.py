@@ -479,7 +479,8 @@ class PartitionLog:
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
              region: bool = False) -> ReadResult | RegionReadResult:
-        """Whole batches starting with the one holding ``offset``, from one segment; with
+        """Whole batches starting with the one holding ``offset``, from one segment (and the
+        next ones when all it has left are compaction's record-less batches); with
         ``region``, left in the file as a :class:`SegmentRegion` (zero-copy fetch)."""
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
@@ -487,6 +488,7 @@ class PartitionLog:
                 f"Offset {offset} is out of range for partition {self.topic}-{self.partition}: "
                 f"log start {self.log_start_offset}, log end {end}")
         records: bytes | SegmentRegion = b""
+        skipped = b""
         if offset < end:
             slot = bisect.bisect_right(self._bases, offset) - 1
             while slot < len(self.segments):
@@ -498,8 +500,29 @@ class PartitionLog:
                                                       min_one_batch) or b""
                     else:
                         records = segment.read(position, max_bytes, min_one_batch)
-                    break
+                    empties = _only_empty_batches(segment, position, records)
+                    if empties is None or slot + 1 == len(self.segments) \
+                            or len(empties) >= max_bytes:
+                        break
+                    # The rest of this segment is record-less batches the cleaner kept: read
+                    # on into the next segment in the same answer, or a client sees nothing
+                    # but empty batches fetch after fetch (librdkafka gives up after ten,
+                    # "might be too large to fetch"). Kafka's cleaner leaves no such segments.
+                    if isinstance(records, SegmentRegion):
+                        records.release()
+                    skipped += empties
+                    max_bytes -= len(empties)
+                    records = b""
+                    offset = segment.next_offset
                 slot += 1
+        if skipped:
+            if isinstance(records, SegmentRegion):
+                found = records
+                try:
+                    records = found.read()
+                finally:
+                    found.release()
+            records = skipped + records
         if region:
             return RegionReadResult(records, end, self.log_start_offset, self.last_stable_offset)
         assert isinstance(records, bytes)
@@ -681,6 +704,22 @@ class PartitionLog:
     def delete_files(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _only_empty_batches(segment: Segment, position: int, records: bytes | SegmentRegion
+                        ) -> bytes | None:
+    """The bytes of ``records`` if they are the whole rest of ``segment`` and nothing but
+    record-less batches (compaction's markers, one header each), else None. Cheap when not:
+    a length check decides for almost every read."""
+    size = records.size if isinstance(records, SegmentRegion) else len(records)
+    if not size or size % rb.HEADER_SIZE or position + size != segment.size:
+        return None
+    data = segment.pread(size, position)
+    for start in range(0, size, rb.HEADER_SIZE):
+        header = rb.decode_header(data, start)
+        if header.size != rb.HEADER_SIZE or header.record_count:
+            return None
+    return data
 
 
 def _fsync_all(segments: list[Segment]) -> None:
