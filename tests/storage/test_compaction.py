@@ -563,3 +563,24 @@ async def test_a_read_passes_segments_left_with_only_empty_batches(
     assert headers[0].record_count == 0 and any(h.record_count for h in headers)
     assert [v for _, _, v in read_all(lm, "c")][-3:] == [b"v-59-0", b"v-59-1", b"v-59-2"]
     lm.close()
+
+
+@pytest.mark.parametrize("content", [b"", bytes(100)])
+async def test_a_swap_file_without_a_batch_is_not_installed(
+        tmp_path: Path, content: bytes, log_events: Any) -> None:
+    """A ``.swap`` is a committed clean and always holds its group's last batch; an empty or
+    zero-filled one (damage) used to be installed all the same, deleting the segment at its
+    base with every record in it."""
+    lm = make(tmp_path)
+    lm.create_topic("c", 1, COMPACT)
+    latest = await produce(lm, "c", 60, 60)
+    log = lm.get_partition("c", 0)
+    assert log is not None and len(log.segments) > 2
+    target = log.segments[1].base_offset
+    lm.close()
+    (tmp_path / "c-0" / f"{target:020d}.log.swap").write_bytes(content)
+    lm = make(tmp_path)
+    assert read_all(lm, "c") == expected(latest, tombstones=True)
+    assert not list((tmp_path / "c-0").glob("*.swap"))
+    assert log_events.events("log_cleaning_failed")
+    lm.close()

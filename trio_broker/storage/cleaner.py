@@ -579,7 +579,16 @@ def recover_swaps(directory: Path, topic: str, partition: int) -> None:
         if not stem.isdigit():
             continue
         base = int(stem)
-        end = max(_swap_end(swap), base + 1)
+        end = _swap_end(swap)
+        if end <= base:
+            # No batch in it: a committed clean always holds at least its group's last batch
+            # (clean_group), so this is damage, not a commit. Installing it would delete the
+            # segment at its base with every record in it; keep the old segments instead.
+            for path in cleaned_paths(directory, base, SWAP_SUFFIX):
+                path.unlink(missing_ok=True)
+            emit("log_cleaning_failed", topic=topic, partition=partition,
+                 error=f"{swap.name} holds no record batch: discarded, old segments kept")
+            continue
         for log in directory.glob("*.log"):
             other = log.name[:-4]
             if other.isdigit() and base <= int(other) < end:
