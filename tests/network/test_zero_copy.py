@@ -3,7 +3,8 @@
 Real loopback sockets and files throughout. The storage half (``Segment.read_region``) must
 name exactly the bytes ``Segment.read`` returns; the wire must carry the same bytes with
 ``socket.sendfile.enable`` on and off and through the read fallback; a segment deleted by
-retention while its bytes are being sent still sends them (the region holds the file open);
+retention while its bytes are being sent still sends them (the segment keeps its file open
+until its regions are released, and a region costs no descriptor of its own);
 a truncation during the send closes the connection instead of sending other bytes; and a real
 client (confluent-kafka) consumes a large topic through it, every record checked.
 """
@@ -198,7 +199,7 @@ async def test_sendfile_on_off_and_fallback_give_identical_bytes(start_broker: A
 async def test_segment_deleted_by_retention_mid_send_still_sends_its_bytes(
         start_broker: Any) -> None:
     """Kafka keeps a deleted segment's file readable until in-flight reads are done
-    (``file.delete.delay.ms``); here the response's region holds its own descriptor."""
+    (``file.delete.delay.ms``); here the segment keeps its descriptor open for the region."""
     running = await start_broker({"log.segment.bytes": str(1 << 20),
                                   "socket.send.stall.timeout.ms": "-1"})
     lm = running.broker.log_manager
@@ -339,3 +340,48 @@ async def test_stalled_sendfile_closes_after_the_stall_bound(
     assert len(held) == 1  # only the segment's own descriptor is left
     await client.aclose()
     assert open_fds() == fds
+
+
+async def test_non_reader_of_many_partitions_holds_no_descriptor_per_partition(
+        start_broker: Any) -> None:
+    """A Fetch naming many partitions whose response the client never reads keeps every
+    region until the write ends. The regions read through their segments' own descriptors:
+    with one descriptor per region, a dozen such clients on a topic of 2,000 partitions ran
+    the broker out of descriptors (EMFILE: no accept, no new segment) until their stall
+    timeout. Retention closing a segment under such a response waits for it."""
+    partitions = 64
+    # Two segments of one batch (4 records) each per partition.
+    running = await start_broker({"log.segment.bytes": "4096",
+                                  "socket.send.stall.timeout.ms": "-1"})
+    lm = running.broker.log_manager
+    lm.create_topic("t", partitions)
+    for index in range(partitions):
+        fill(lm.get_partition("t", index), 8)
+    module = sys.modules[request_schema(FETCH, 11).__module__]
+    request = fetch_request(11, "t")
+    parts = tuple(dataclasses.replace(request.topics[0].partitions[0], partition=index)
+                  for index in range(partitions))
+    request = dataclasses.replace(request, topics=(
+        module.FetchTopic(topic="t", partitions=parts),))
+    client = await small_window_client(running.port)
+    await trio.testing.wait_all_tasks_blocked()
+    fds = open_fds()
+    await client.send(FETCH, 11, request)
+    await trio.testing.wait_all_tasks_blocked()  # the broker's write is blocked
+    assert running.app.socket_server.response_queue_size == 1
+    assert open_fds() == fds
+    doomed = lm.get_partition("t", 0).segments[0]
+    path = doomed.log_path
+    lm.get_partition("t", 0).delete_records_before(-1)
+    assert not path.exists()
+    assert any(target.startswith(str(path)) for target in deleted_files_held_open())
+
+    with trio.fail_after(TIMEOUT):
+        payload = await client.receive_frame()
+    assert payload is not None
+    _, body = decode_response(FETCH, 11, payload)
+    answered = body.responses[0].partitions
+    assert [[o for o, _ in record_values(p.records)] for p in answered] == [[0, 1, 2, 3]] * partitions
+    await trio.testing.wait_all_tasks_blocked()
+    assert not any(t.startswith(str(path)) for t in deleted_files_held_open())
+    await client.aclose()

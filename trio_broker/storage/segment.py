@@ -235,6 +235,9 @@ class Segment:
         self.bytes_since_index = 0
         #: Times the file was cut short: a region read before a cut no longer names its bytes.
         self.truncations = 0
+        # Fetch responses being sent from ``fd`` (SegmentRegion): a close waits for the last.
+        self._regions = 0
+        self._closed = False
 
     # ------------------------------------------------------------------------------- append
     def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
@@ -485,11 +488,23 @@ class Segment:
         self.time_index.fsync()
 
     def close(self) -> None:
+        """Close the files; the ``.log`` descriptor stays open while fetch responses are still
+        being sent from it (SegmentRegion), and closes with the last of them."""
+        if self._closed:
+            return
+        self._closed = True
         for close in (self.offset_index.close, self.time_index.close):
             with contextlib.suppress(OSError):
                 close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        if not self._regions:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+    def _region_released(self) -> None:
+        self._regions -= 1
+        if not self._regions and self._closed:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
 
     def delete(self) -> None:
         self.close()
@@ -500,18 +515,23 @@ class Segment:
 class SegmentRegion(FileRegion):
     """Bytes of one segment's ``.log`` file for a Fetch response, sent with ``sendfile``.
 
-    The region holds its own duplicate of the file descriptor (docs/decisions.md, "zero-copy
-    fetch"): retention may delete and close the segment while the response is being sent, and
-    the open file keeps the unlinked bytes readable, as Kafka's ``.deleted`` rename with
-    ``file.delete.delay.ms`` does. A truncation (which could let later appends overwrite the
-    region's positions) is detected by :meth:`check`, which the writer calls before each
-    ``sendfile``; the connection is then closed rather than sending other bytes.
+    The region reads through the segment's own descriptor, which the segment keeps open until
+    its last region is released (docs/decisions.md, "zero-copy fetch"): retention may delete
+    and close the segment while the response is being sent, and the open file keeps the
+    unlinked bytes readable, as Kafka's ``.deleted`` rename with ``file.delete.delay.ms`` does.
+    No descriptor per region: a client that never reads the responses of Fetches naming
+    thousands of partitions would otherwise hold a descriptor per partition and response,
+    and run the broker out of them (docs/architecture.md, "Front-end probes"). A truncation
+    (which could let later appends overwrite the region's positions) is detected by
+    :meth:`check`, which the writer calls before each ``sendfile``; the connection is then
+    closed rather than sending other bytes.
     """
 
     __slots__ = ("fd", "position", "size", "_segment", "_truncations")
 
     def __init__(self, segment: Segment, position: int, size: int) -> None:
-        self.fd = os.dup(segment.fd)
+        self.fd = segment.fd
+        segment._regions += 1
         self.position = position
         self.size = size
         self._segment = segment
@@ -532,12 +552,12 @@ class SegmentRegion(FileRegion):
 
     def release(self) -> None:
         if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
+            self.fd = -1
+            self._segment._region_released()
 
     def __del__(self) -> None:
         # A response dropped without an explicit release (e.g. a throttled fetch's first
-        # answer) must not leak the descriptor.
+        # answer) must not keep the segment's descriptor open.
         self.release()
 
 
