@@ -165,6 +165,11 @@ class BrokerConfig:
     message_max_bytes: int = setting(
         "message.max.bytes", 1048588, "Largest record batch accepted.", validator=at_least(0),
         group="Log")
+    fetch_max_bytes: int = setting(
+        "fetch.max.bytes", 57671680,
+        "Largest Fetch response: a request's max_bytes above it is lowered to it (the first "
+        "batch is still sent whole). Kafka's key and default (55 MiB).",
+        validator=at_least(1024), group="Log")
     max_incremental_fetch_session_cache_slots: int = setting(
         "max.incremental.fetch.session.cache.slots", 1000,
         "Incremental fetch sessions (KIP-227) kept at most; when full, a new one evicts a "

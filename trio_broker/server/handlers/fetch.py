@@ -266,7 +266,9 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
                      error_code=ErrorCode[fetch_context.error], session_id=INVALID_SESSION_ID,
                      responses=())
     reads = fetch_context.partitions
-    max_bytes = int(body.max_bytes)
+    # KafkaApis.handleFetchRequest: never more than fetch.max.bytes, whatever the client asks
+    # (a client asking for 2 GiB made the broker read a whole segment into one response).
+    max_bytes = min(int(body.max_bytes), ctx.broker.config.fetch_max_bytes)
     if quotas is not None:
         # Kafka caps a consumer's fetch at what its quota allows in num - 1 windows: asking for
         # more would be throttled for sure, and the consumer might never make progress.
