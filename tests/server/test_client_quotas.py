@@ -288,6 +288,30 @@ async def test_producer_byte_rate_throttle_time_and_mute(
         in text
 
 
+async def test_throttle_beyond_int32_is_the_longest_the_field_carries(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """producer_byte_rate=1 against a 2.7 MB request asks for a 2.7e9 ms throttle, more than
+    throttle_time_ms (an INT32) holds: the response carries 2**31 - 1 and the records are
+    acknowledged. Encoding it used to fail after the records were written: the client got
+    UNKNOWN_SERVER_ERROR (and would retry: duplicates) and no throttle (Kafka's toInt wraps)."""
+    running = await start_broker()
+    running.broker.log_manager.create_topic("t", 3)
+    assert await alter(running.port, {"client-id": "p"}, {"producer_byte_rate": 1}) == OK
+    client = await WireClient.connect(running.port, client_id="p")
+    data = batch(b"x" * 900_000)
+    answer = await client.request(PRODUCE, 9, produce_body(
+        9, {("t", 0): data, ("t", 1): data, ("t", 2): data}))
+    assert kafka_throttle(3 * len(data), 1) > 2**31 - 1
+    assert ms(answer) == 2**31 - 1
+    assert [p.error_code for p in answer.responses[0].partition_responses] == [
+        ErrorCode.none] * 3
+    line = (await log_events.wait_for("request", api="Produce", client_id="p"))[0]
+    assert (line["error"], line["throttle_ms"]) == ("NONE", 2**31 - 1)
+    assert (await log_events.wait_for("throttle_started", client_id="p"))[0][
+        "throttle_ms"] == 2**31 - 1
+    await client.aclose()
+
+
 async def test_acks_zero_over_quota_sends_nothing_and_mutes(
         start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
     running = await quota_broker(start_broker)

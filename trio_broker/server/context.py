@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from ..security.sasl import SaslAuthenticator
     from .broker import Broker
 
+#: The largest ``throttle_time_ms`` a response can carry (an INT32).
+INT32_MAX = 2**31 - 1
+
 
 @attrs.define
 class ConnectionInfo:
@@ -150,6 +153,10 @@ class RequestContext:
     def throttle(self, throttle_ms: int, quota_type: str, *, wins_ties: bool = False) -> None:
         """Throttle the response for a quota; the longest throttle wins. Kafka names the
         request quota on a tie with a byte-rate or mutation quota (``wins_ties``)."""
+        # throttle_time_ms is an INT32: a tiny quota against a big request (producer_byte_rate=1,
+        # 30 MB) asks for more, which failed the response's encoding after the records were
+        # written (Kafka's toInt wraps it); the longest throttle the field can carry instead.
+        throttle_ms = min(throttle_ms, INT32_MAX)
         if throttle_ms > self.throttle_ms or (wins_ties and throttle_ms == self.throttle_ms > 0):
             self.throttle_ms = throttle_ms
             self.throttle_quota = quota_type
