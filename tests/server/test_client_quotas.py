@@ -575,3 +575,33 @@ async def test_first_file_format_is_still_read(start_broker: Any, tmp_path: Any)
         (("ip", None),): {"connection_creation_rate": 50.0}}
     assert running.app.socket_server.quotas.ip_connection_rates() == {"10.0.0.9": 3.0,
                                                                      None: 50.0}
+
+
+async def test_the_file_has_one_line_per_entity_rewritten_only_where_it_changed(
+        start_broker: Any, tmp_path: Any) -> None:
+    """Each entity is one line of ``client-quotas.json``, encoded when it changes; the rest of
+    the file is copied as it was. Re-encoding every entity with ``indent=`` (json's pure-Python
+    encoder) on each AlterClientQuotas held the event loop for 1.5 s at 50,000 entities."""
+    data = tmp_path / "lines"
+    running = await start_broker({"log.dirs": str(data)})
+    for name in ("a", "b", "c"):
+        assert await alter(running.port, {"client-id": name}, {"producer_byte_rate": 10}) == OK
+    assert await alter(running.port, {"client-id": "a"},
+                       {"request_percentage": 5, "producer_byte_rate": 20}) == OK
+    assert await alter(running.port, {"client-id": "b"}, {"producer_byte_rate": None}) == OK
+    lines = (data / "client-quotas.json").read_text().splitlines()
+    assert lines[0] == "[" and lines[-1] == "]"
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == [
+        {"entity": {"client-id": "a"},
+         "quotas": {"producer_byte_rate": 20.0, "request_percentage": 5.0}},
+        {"entity": {"client-id": "c"}, "quotas": {"producer_byte_rate": 10.0}}]
+    await running.shutdown()
+    again = await start_broker({"log.dirs": str(data)})
+    assert entries(await describe(again.port)) == {
+        (("client-id", "a"),): {"producer_byte_rate": 20.0, "request_percentage": 5.0},
+        (("client-id", "c"),): {"producer_byte_rate": 10.0}}
+    # Every entity gone: an empty list, still read.
+    for name in ("a", "c"):
+        assert await alter(again.port, {"client-id": name},
+                           {"producer_byte_rate": None, "request_percentage": None}) == OK
+    assert json.loads((data / "client-quotas.json").read_text()) == []

@@ -88,6 +88,8 @@ class ClientQuotas:
         self._path = data_dir / QUOTAS_FILE
         self._connections = connection_quotas
         self._entities: dict[Entity, dict[str, float]] = {}
+        #: Each entity's line of the file (in the order entities were first set).
+        self._lines: dict[Entity, str] = {}
         self.managers = QuotaManagers(config)
 
     # ---------------------------------------------------------------- persistence
@@ -110,14 +112,27 @@ class ClientQuotas:
             raise RuntimeError(f"cannot read the client quotas in {self._path}: {exc!r}"
                                ) from None
         self._entities.update(entities)
+        for entity in entities:
+            self._encode(entity)
         self._applied()
 
     def _save(self) -> None:
-        entries = [{"entity": dict(entity), "quotas": dict(sorted(values.items()))}
-                   for entity, values in sorted(self._entities.items(), key=_sort_key)]
+        # One line per entity, encoded when the entity changes: re-encoding every entity (with
+        # json's pure-Python indent= encoder) on each AlterClientQuotas held the event loop,
+        # every connection of the broker, for 1.5 s at 50,000 entities.
+        lines = self._lines
         tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+        tmp.write_text("[\n" + ",\n".join(lines.values()) + "\n]\n" if lines else "[]\n",
+                       encoding="utf-8")
         tmp.replace(self._path)
+
+    def _encode(self, entity: Entity) -> None:
+        values = self._entities.get(entity)
+        if values is None:
+            self._lines.pop(entity, None)
+        else:
+            self._lines[entity] = json.dumps({"entity": dict(entity),
+                                              "quotas": dict(sorted(values.items()))})
 
     def _applied(self) -> None:
         """Push the stored quotas to where they are enforced."""
@@ -225,6 +240,7 @@ class ClientQuotas:
                         values[key] = value
                 if not values:
                     del self._entities[entity]
+                self._encode(entity)
             self._save()
             self._applied()
         return list(results.items())
