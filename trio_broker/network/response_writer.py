@@ -26,8 +26,10 @@ no progress for ``socket.send.stall.timeout.ms`` closes the connection.
 **Zero-copy fetch.** A response may arrive as :class:`FramedParts`: bytes and file regions (a
 Fetch response's record bytes, still in the segment files). On a plain socket the regions are
 sent with ``os.sendfile`` in the same non-blocking loop (stall timeout and read-ahead included;
-:class:`_UnsentFile`); any other transport gets the parts read into one bytes object. Either way
-the regions are released once sent or dropped.
+:class:`_UnsentFile`); any other transport (TLS) gets small regions read and joined with the
+bytes around them, and a region over :data:`REGION_CHUNK` read and sent a chunk at a time, so a
+client that does not read holds at most a chunk of file bytes in memory. Either way the regions
+are released once sent or dropped.
 
 **Why a mixin.** ``Connection`` inherits :class:`ResponseWriter`; the writer's methods use the
 connection's slots directly. This is the hot path of the request loop: a method found on a base
@@ -233,14 +235,12 @@ class ResponseWriter:
             await self._send(b"".join(payloads))  # type: ignore[arg-type]
             return
         try:
-            if not (self.raw_socket and _HAVE_SENDFILE):
-                # The fallback (e.g. TLS): the same bytes, read from the files.
-                await self._send(b"".join(payload if isinstance(payload, bytes)
-                                          else payload.materialize() for payload in payloads))
-                return
+            zero_copy = self.raw_socket and _HAVE_SENDFILE
             chunks: list[bytes | FileRegion] = []
             for payload in payloads:
                 for part in (payload,) if isinstance(payload, bytes) else payload.parts:
+                    if not (zero_copy or isinstance(part, bytes) or part.size > REGION_CHUNK):
+                        part = part.read()  # the fallback (TLS): small regions read at once
                     if chunks and isinstance(part, bytes) and isinstance(chunks[-1], bytes):
                         chunks[-1] += part  # gather the bytes between regions
                     else:
@@ -248,8 +248,16 @@ class ResponseWriter:
             for chunk in chunks:
                 if isinstance(chunk, bytes):
                     await self._send(chunk)
-                else:
+                elif zero_copy:
                     await self._send_region(chunk)
+                else:
+                    # A large region without sendfile (TLS) is read and sent a chunk at a time,
+                    # as Kafka's SslTransportLayer.transferFrom: read whole, a client that
+                    # never reads held fetch.max.bytes per response in memory (with
+                    # pipelining, all of its responses at once).
+                    for start in range(0, chunk.size, REGION_CHUNK):
+                        await self._send(chunk.read(start, min(REGION_CHUNK,
+                                                               chunk.size - start)))
         except RegionInvalid as exc:
             # Part of a frame may be on the wire already: only closing keeps the stream sane.
             raise _Close("error", f"zero-copy fetch: {exc}") from None
@@ -355,6 +363,8 @@ class ResponseWriter:
 
 
 _HAVE_SENDFILE = hasattr(os, "sendfile")
+#: Bytes of a file region read at a time where it cannot be sent with ``sendfile`` (TLS).
+REGION_CHUNK = 256 * 1024
 
 
 class _UnsentBytes:

@@ -43,8 +43,9 @@ class FileRegion(abc.ABC):
         """Raise :class:`RegionInvalid` if the file no longer holds the region's bytes."""
 
     @abc.abstractmethod
-    def read(self) -> bytes:
-        """The region's bytes (the fallback where ``sendfile`` cannot be used)."""
+    def read(self, offset: int = 0, size: int | None = None) -> bytes:
+        """The region's bytes (the fallback where ``sendfile`` cannot be used): ``size`` of
+        them (all by default) from ``offset`` within the region."""
 
     @abc.abstractmethod
     def release(self) -> None:

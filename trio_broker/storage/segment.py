@@ -543,11 +543,12 @@ class SegmentRegion(FileRegion):
         if self.fd < 0:
             raise RegionInvalid("region already released")
 
-    def read(self) -> bytes:
+    def read(self, offset: int = 0, size: int | None = None) -> bytes:
         self.check()
-        data = os.pread(self.fd, self.size, self.position)
-        if len(data) != self.size:
-            raise RegionInvalid(f"read {len(data)} of {self.size} bytes")
+        size = self.size - offset if size is None else size
+        data = os.pread(self.fd, size, self.position + offset)
+        if len(data) != size:
+            raise RegionInvalid(f"read {len(data)} of {size} bytes")
         return data
 
     def release(self) -> None:
