@@ -439,6 +439,30 @@ async def test_ip_connection_rate_above_limit(autojump_clock: trio.testing.MockC
     quotas.inc("PLAINTEXT", "10.0.0.3")  # the window has moved on
 
 
+async def test_idle_ip_connection_rates_expire(autojump_clock: trio.testing.MockClock
+                                               ) -> None:
+    """Under a default IP quota every connecting IP gets a rate; one that has not connected
+    within the quota windows is forgotten (Kafka expires idle IP sensors), so the rates kept
+    are those of recent IPs, not of every IP ever seen. A forgotten IP starts afresh, which is
+    what its old rate would have measured."""
+    from trio_broker.network.quotas import ConnectionThrottled
+
+    quotas = quotas_for(config(quota_window_num="2"))
+    quotas.set_ip_connection_rate(None, 1.0)
+    for i in range(1000):
+        quotas.inc("PLAINTEXT", ip(i))
+        quotas.dec("PLAINTEXT", ip(i))
+    assert quotas.ip_rates_tracked == 1000
+    await trio.sleep(1.0)
+    quotas.inc("PLAINTEXT", ip(5000))  # still within the windows: nothing expires
+    assert quotas.ip_rates_tracked == 1001
+    await trio.sleep(1.5)
+    quotas.inc("PLAINTEXT", ip(0))
+    assert quotas.ip_rates_tracked == 2  # ip(5000), seen 1.5 s ago, and ip(0) again
+    with pytest.raises(ConnectionThrottled):
+        quotas.inc("PLAINTEXT", ip(0))  # its new rate counts as before
+
+
 async def test_rejected_ip_connection_unrecorded_from_rates(
         autojump_clock: trio.testing.MockClock) -> None:
     """testRejectedIpConnectionUnrecordedFromConnectionRateQuotas: a throttled connection is not

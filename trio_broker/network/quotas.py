@@ -112,6 +112,12 @@ class SampledStat:
     def empty(self) -> bool:
         return all(sample.value == 0 for sample in self._samples)
 
+    def expired(self, now_ms: int) -> bool:
+        """No event in the last ``num`` windows: :meth:`purge` would reset every sample, so
+        the stat measures what a new one would."""
+        expire = self._num * self._window_ms
+        return all(now_ms - sample.last_event_ms >= expire for sample in self._samples)
+
 
 class Rate:
     """Kafka's ``Rate`` over a :class:`SampledStat` sum: events (or bytes, or percent-seconds)
@@ -137,6 +143,10 @@ class Rate:
     @property
     def empty(self) -> bool:
         return self._stat.empty
+
+    def expired(self, now: float) -> bool:
+        """Nothing recorded within the quota windows: a new Rate would measure the same."""
+        return self._stat.expired(to_ms(now))
 
     def window_size_ms(self, now_ms: int) -> int:
         """Kafka's ``Rate.windowSize``: time since the oldest sample began; while fewer than
@@ -252,6 +262,7 @@ class ConnectionQuotas:
         #: connection_creation_rate quotas by IP; the key None is the default for every IP.
         self._ip_rate_quotas: dict[str | None, float] = {}
         self._ip_rates: dict[str, Rate] = {}
+        self._ip_rates_swept_at = 0.0
         self.total = 0
 
     def add_listener(self, listener: str) -> None:
@@ -312,11 +323,30 @@ class ConnectionQuotas:
     def ip_connection_rates(self) -> dict[str | None, float]:
         return dict(self._ip_rate_quotas)
 
+    @property
+    def ip_rates_tracked(self) -> int:
+        """IPs whose connection creation rate is being measured."""
+        return len(self._ip_rates)
+
+    def _expire_ip_rates(self, now: float) -> None:
+        """Drop the rates of IPs that have not connected within the quota windows, checked once
+        per those windows: as Kafka expires an idle IP's sensor, so that a default IP quota
+        keeps one Rate per recently seen IP, not per IP ever seen (an IPv6 client has a /64 of
+        addresses to connect from)."""
+        config = self._config
+        span = config.quota_window_size_seconds * config.quota_window_num
+        if now - self._ip_rates_swept_at < span:
+            return
+        self._ip_rates_swept_at = now
+        for ip in [ip for ip, rate in self._ip_rates.items() if rate.expired(now)]:
+            del self._ip_rates[ip]
+
     def _check_ip_rate(self, ip: str, now: float) -> None:
         quota = self._ip_rate_quotas.get(ip, self._ip_rate_quotas.get(None))
         if quota is None:
             self._ip_rates.pop(ip, None)
             return
+        self._expire_ip_rates(now)
         rate = self._ip_rates.get(ip)
         if rate is None:
             rate = self._ip_rates[ip] = Rate(self._config.quota_window_size_seconds,
