@@ -302,6 +302,37 @@ async def test_max_connections_per_ip(start_broker: Any, log_events: Any) -> Non
     await again.request(API_VERSIONS, 3, API_VERSIONS_V3)
 
 
+async def test_aborted_connections_of_every_kind_leave_no_count_behind(
+        start_broker: Any, log_events: Any) -> None:
+    """A storm of connections that end at every stage (reset at once, reset mid-frame, reset
+    after a whole request, a request then FIN, half a size prefix then FIN), some of them
+    refused by the per-IP limit: each is counted out, so the IP's full allowance is
+    available afterwards (a leaked count would refuse one connection for good)."""
+    running = await start_broker({"max.connections.per.ip": "5"})
+    quotas = running.app.socket_server.quotas
+    frame = encode_request(API_VERSIONS, 3, 1, "storm", API_VERSIONS_V3)
+    for index in range(60):
+        sock = trio.socket.socket()
+        await sock.connect(("127.0.0.1", running.port))
+        kind = index % 5
+        if kind == 1:
+            await sock.send(frame[:6])
+        elif kind in (2, 3):
+            await sock.send(frame)
+        elif kind == 4:
+            await sock.send(frame[:2])
+        if kind in (0, 1, 2):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    await wait_for(lambda: quotas.count(ip="127.0.0.1") == 0 and quotas.total == 0)
+    clients = [await WireClient.connect(running.port) for _ in range(5)]
+    for client in clients:
+        await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    closed = log_events.events("connection_closed")
+    rejected = log_events.events("connection_rejected")
+    assert len(closed) + len(rejected) == 60
+
+
 async def _connect_from(source_ip: str, port: int) -> WireClient:
     sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     await sock.bind((source_ip, 0))
