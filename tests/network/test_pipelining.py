@@ -143,6 +143,36 @@ async def test_peer_that_never_reads_is_closed_after_the_stall_bound(
     assert len(seen) < 5000
 
 
+@pytest.mark.parametrize("inflight", ["1", "16"])
+async def test_what_a_blocked_write_reads_ahead_is_held_in_the_memory_pool(
+        start_broker: Any, inflight: str, autojump_clock: trio.testing.MockClock) -> None:
+    """The bytes the read-ahead moves into the decoder while a write is blocked count against
+    queued.max.request.bytes until the reader takes them: 200 clients that do not read, each
+    sending a MiB, held 267 MB beside a 100 MB pool. Taking the frames gives the reservation
+    back, nothing is left over, and every request is still answered in order."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "socket.send.stall.timeout.ms": "-1",
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
+    pool = running.app.socket_server.memory_pool
+    client = await connect_small(running.port)
+    burst = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(5000))
+    await client.send_raw(burst)  # the broker's writes block; it reads the rest ahead
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.used > len(burst) // 4
+    seen: list[int] = []
+    while len(seen) < 5000:
+        payload = await client.receive_frame()
+        assert payload is not None
+        seen.append(correlation_of(payload))
+    assert seen == list(range(1, 5001))
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.used == 0
+    await client.aclose()
+    await wait_for(lambda: not connections(running))
+    assert_nothing_leaked(running)
+
+
 async def test_slow_reader_is_not_a_stall(start_broker: Any, log_events: Any,
                                           autojump_clock: trio.testing.MockClock) -> None:
     """Progress is bytes accepted by the kernel: a reader far slower than the stall bound in

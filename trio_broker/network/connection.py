@@ -97,7 +97,7 @@ class Connection(ResponseWriter):
         "stream", "info", "ip", "_processor", "_server", "_decoder", "_max_inflight",
         "_mute", "_pending", "_serial", "_inflight_lot", "_response_lot",
         "_idle_seconds", "_idle_lru", "_idle_scope", "_reader_scope",
-        "_frame_reserved", "_eof", "_last_client_id", "_tasks",
+        "_frame_reserved", "_ahead_reserved", "_eof", "_last_client_id", "_tasks",
         "_receiving", "_writing", "_stop_reading", "requests", "closed",
         "raw_socket", "_security", "_stopped",
     )  # and ResponseWriter's
@@ -144,6 +144,8 @@ class Connection(ResponseWriter):
         self._reader_scope = None if self._serial else trio.CancelScope()
         self._stopped = False
         self._frame_reserved = 0
+        # Memory pool bytes held for what the read-ahead buffered and the reader has not taken.
+        self._ahead_reserved = 0
         # Why the stream ended ("end of stream", or the receive error), once it has.
         self._eof: str | None = None
         # One receive at a time: the reader and, while a write is blocked, the read-ahead task.
@@ -254,6 +256,26 @@ class Connection(ResponseWriter):
         if self._frame_reserved:
             self._server.memory_pool.release(self._frame_reserved)
             self._frame_reserved = 0
+        if self._ahead_reserved:
+            self._server.memory_pool.release(self._ahead_reserved)
+            self._ahead_reserved = 0
+
+    def _reserve_from_read_ahead(self, size: int) -> bool:
+        """Reserve a frame the read-ahead has (partly) buffered: its reservation pays first,
+        the pool the rest. False, with nothing changed, when the pool cannot."""
+        moved = min(self._ahead_reserved, size)
+        if moved < size and not self._server.memory_pool.try_allocate(size - moved):
+            return False
+        self._ahead_reserved -= moved
+        return True
+
+    def _release_read_ahead(self, *, all_of_it: bool = False) -> None:
+        """The read-ahead's reservation shrinks to what is still buffered (the reader took a
+        frame, which holds its own reservation), or goes entirely."""
+        excess = self._ahead_reserved - (0 if all_of_it else self._decoder.buffered)
+        if excess > 0:
+            self._ahead_reserved -= excess
+            self._server.memory_pool.release(excess)
 
     # ------------------------------------------------------------------ reading
     def _touch(self) -> None:
@@ -445,10 +467,14 @@ class Connection(ResponseWriter):
         if size is None:
             return None
         if not self._frame_reserved:
-            if not self._server.memory_pool.try_allocate(size):
+            if not (self._reserve_from_read_ahead(size) if self._ahead_reserved
+                    else self._server.memory_pool.try_allocate(size)):
                 return None  # _read_frame waits for the pool
             self._frame_reserved = size if size > 0 else 0
-        return decoder.take(size)
+        frame = decoder.take(size)
+        if self._ahead_reserved:
+            self._release_read_ahead()
+        return frame
 
     async def _read_frame(self) -> bytes | None:
         decoder = self._decoder
@@ -457,7 +483,10 @@ class Connection(ResponseWriter):
             size = decoder.pending_size()
             if size is not None:
                 if not self._frame_reserved:
-                    if not pool.try_allocate(size):
+                    if not (self._reserve_from_read_ahead(size) if self._ahead_reserved
+                            else pool.try_allocate(size)):
+                        # Never wait for memory this connection holds itself.
+                        self._release_read_ahead(all_of_it=True)
                         since = trio.current_time()
                         emit("connection_muted", reason="memory", inflight=len(self._pending))
                         await pool.allocate(size)
@@ -466,6 +495,8 @@ class Connection(ResponseWriter):
                     self._frame_reserved = size if size > 0 else 0
                 frame = decoder.take(size)
                 if frame is not None:
+                    if self._ahead_reserved:
+                        self._release_read_ahead()
                     return frame
             if self._eof is not None:
                 # Complete frames already buffered are still served (Kafka's graceful close).
@@ -525,13 +556,21 @@ class Connection(ResponseWriter):
         self._received(data)
 
     async def _read_ahead(self) -> None:
-        """While a write is blocked: move what the kernel holds into the decoder (bounded)."""
+        """While a write is blocked: move what the kernel holds into the decoder (bounded).
+
+        What it buffers is held in the memory pool until the reader takes it: otherwise
+        clients whose writes block (they do not read) could each park a MiB here beside
+        ``queued.max.request.bytes`` (200 such connections: 267 MB over a 100 MB pool)."""
         decoder = self._decoder
         pool = self._server.memory_pool
         try:
             while (self._eof is None and decoder.buffered < READ_AHEAD_BYTES
                    and not pool.out_of_memory):
+                before = decoder.buffered
                 await self._receive(min(RECEIVE_BYTES, READ_AHEAD_BYTES - decoder.buffered))
+                received = decoder.buffered - before
+                if received > 0 and pool.try_allocate(received):
+                    self._ahead_reserved += received
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             # The reader serves what is buffered and then ends the connection with this.
             self._eof = _receive_failure(exc)
