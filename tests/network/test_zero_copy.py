@@ -111,6 +111,15 @@ async def small_window_client(port: int) -> WireClient:
     return WireClient(trio.SocketStream(sock))
 
 
+async def fetched_partitions(client: WireClient) -> Any:
+    """The partitions of the Fetch v11 response ``client`` (a blocked reader) gets next."""
+    with trio.fail_after(TIMEOUT):
+        payload = await client.receive_frame()
+    assert payload is not None
+    _, body = decode_response(FETCH, 11, payload)
+    return body.responses[0].partitions
+
+
 # ----------------------------------------------------------------------------- storage
 def test_region_names_exactly_the_bytes_read_returns(tmp_path: Path) -> None:
     """For every offset and a spread of limits, the region's bytes are ``read``'s bytes:
@@ -218,11 +227,7 @@ async def test_segment_deleted_by_retention_mid_send_still_sends_its_bytes(
     assert not path.exists()
     assert any(target.startswith(str(path)) for target in deleted_files_held_open())
 
-    with trio.fail_after(TIMEOUT):
-        payload = await client.receive_frame()
-    assert payload is not None
-    _, body = decode_response(FETCH, 11, payload)
-    records = body.responses[0].partitions[0].records
+    records = (await fetched_partitions(client))[0].records
     assert original.startswith(records) and len(records) > len(original) - 4000
     values = record_values(records)
     assert [offset for offset, _ in values] == list(range(len(values)))
@@ -376,11 +381,7 @@ async def test_non_reader_of_many_partitions_holds_no_descriptor_per_partition(
     assert not path.exists()
     assert any(target.startswith(str(path)) for target in deleted_files_held_open())
 
-    with trio.fail_after(TIMEOUT):
-        payload = await client.receive_frame()
-    assert payload is not None
-    _, body = decode_response(FETCH, 11, payload)
-    answered = body.responses[0].partitions
+    answered = await fetched_partitions(client)
     assert [[o for o, _ in record_values(p.records)] for p in answered] == [[0, 1, 2, 3]] * partitions
     await trio.testing.wait_all_tasks_blocked()
     assert not any(t.startswith(str(path)) for t in deleted_files_held_open())
