@@ -13,12 +13,13 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 from pathlib import Path
 
 import attrs
+
+from ..storage.durable import write_durably
 
 FILE_NAME = "scram-credentials.json"
 
@@ -147,16 +148,4 @@ class ScramStore:
             user: {m: _encode(c) for m, c in sorted(mechs.items())}
             for user, mechs in sorted(users.items())}}, indent=1)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, text.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_durably(self.path, text, mode=0o600)  # credentials: the owner's only

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -33,6 +32,7 @@ from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
 from ..security.listeners import listener_security
 from ..security.scram import ScramStore
+from ..storage.durable import write_durably
 from ..storage.manager import LogManager
 from .authorizer import Authorizer
 from .broker import Broker
@@ -68,14 +68,8 @@ def load_or_create_cluster_id(config: BrokerConfig) -> str:
         if cluster_id:
             return cluster_id
     cluster_id = config.cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
-    _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={config.node_id}\n")
+    write_durably(path, f"version=1\ncluster.id={cluster_id}\nnode.id={config.node_id}\n")
     return cluster_id
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _open_storage(config: BrokerConfig) -> LogManager:

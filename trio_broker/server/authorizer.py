@@ -16,7 +16,6 @@ DEBUG.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import trio
 
 from ..config import BrokerConfig
 from ..observability.log import emit
+from ..storage.durable import write_durably
 from .acl import (
     AclBinding,
     AclIndex,
@@ -101,17 +101,7 @@ class Authorizer:
         return json.dumps({"version": 1, "acls": acls}, indent=1) + "\n"
 
     def _write(self, text: str) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_durably(self.path, text)
 
     async def save(self) -> None:
         """Write the current ACLs durably (in a worker thread; one writer at a time, and each

@@ -25,6 +25,7 @@ import attrs
 
 from ..config import BrokerConfig
 from ..network.quotas import ConnectionQuotas
+from ..storage.durable import write_durably
 from .quota_manager import QuotaManagers
 
 QUOTAS_FILE = "client-quotas.json"
@@ -121,10 +122,8 @@ class ClientQuotas:
         # json's pure-Python indent= encoder) on each AlterClientQuotas held the event loop,
         # every connection of the broker, for 1.5 s at 50,000 entities.
         lines = self._lines
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text("[\n" + ",\n".join(lines.values()) + "\n]\n" if lines else "[]\n",
-                       encoding="utf-8")
-        tmp.replace(self._path)
+        write_durably(self._path, "[\n" + ",\n".join(lines.values()) + "\n]\n" if lines
+                      else "[]\n")
 
     def _encode(self, entity: Entity) -> None:
         values = self._entities.get(entity)

@@ -37,6 +37,7 @@ from .cleaner import (
     map_slots,
     swap_in,
 )
+from .durable import write_durably
 from .log import PartitionLog, now_ms
 from .segment import Segment
 
@@ -278,14 +279,12 @@ class LogCleaner:
     # ------------------------------------------------------------------------ checkpoint
     def write_checkpoints(self) -> None:
         """Kafka's ``cleaner-offset-checkpoint`` (first dirty offset per partition)."""
-        from .manager import _write_atomic
-
         with self._checkpoint_lock:
             live = {key: offset for key, offset in list(self.checkpoints.items())
                     if self.manager.get_partition(*key) is not None}
             lines = ["0", str(len(live))] + [f"{t} {p} {o}" for (t, p), o in live.items()]
             with contextlib.suppress(FileNotFoundError):
-                _write_atomic(self.checkpoint_path, "\n".join(lines) + "\n")
+                write_durably(self.checkpoint_path, "\n".join(lines) + "\n")
 
     def forget(self, topic: str) -> None:
         """A deleted topic's partitions start dirty from scratch if the name comes back."""

@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -30,6 +29,7 @@ import trio
 
 from ..config import BrokerConfig
 from ..observability.log import emit
+from .durable import write_durably
 from .errors import (
     InvalidPartitions,
     InvalidTopic,
@@ -78,21 +78,6 @@ class TopicInfo:
     num_partitions: int
     configs: Mapping[str, str] = attrs.field(factory=dict)
     internal: bool = False
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` durably (write, fsync, rename, fsync the directory)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LogManager:
@@ -277,7 +262,7 @@ class LogManager:
             {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
              "configs": dict(t.configs), "internal": t.internal}
             for t in self._topics.values()]}
-        _write_atomic(self.data_dir / TOPICS_FILE, json.dumps(payload, indent=1))
+        write_durably(self.data_dir / TOPICS_FILE, json.dumps(payload, indent=1))
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         """A Kafka offset checkpoint file (version, count, then ``topic partition offset``)."""
@@ -310,14 +295,14 @@ class LogManager:
     def _write_recovery_points(self) -> None:
         lines = ["0", str(len(self._logs))]
         lines += [f"{t} {p} {log.recovery_point}" for (t, p), log in self._logs.items()]
-        _write_atomic(self.data_dir / RECOVERY_CHECKPOINT_FILE, "\n".join(lines) + "\n")
+        write_durably(self.data_dir / RECOVERY_CHECKPOINT_FILE, "\n".join(lines) + "\n")
         self._write_log_starts()
 
     def _write_log_starts(self) -> None:
         # The text is built under the lock, so of concurrent writers the last one to write
         # always writes the newest starts (an older snapshot never overwrites a newer one).
         with self._log_starts_lock:
-            _write_atomic(self.data_dir / LOG_START_CHECKPOINT_FILE, self._log_starts_text())
+            write_durably(self.data_dir / LOG_START_CHECKPOINT_FILE, self._log_starts_text())
 
     def _log_starts_text(self) -> str:
         """Kafka's log-start-offset checkpoint: only starts inside the first segment (the
