@@ -260,13 +260,17 @@ class Connection(ResponseWriter):
             self._server.memory_pool.release(self._ahead_reserved)
             self._ahead_reserved = 0
 
-    def _reserve_from_read_ahead(self, size: int) -> bool:
-        """Reserve a frame the read-ahead has (partly) buffered: its reservation pays first,
-        the pool the rest. False, with nothing changed, when the pool cannot."""
-        moved = min(self._ahead_reserved, size)
+    def _try_reserve(self, size: int) -> bool:
+        """Reserve the next frame's ``size`` bytes: from what the read-ahead holds first (it
+        buffered them), the memory pool the rest. False, nothing changed, when the pool has no
+        room."""
+        ahead = self._ahead_reserved
+        if not ahead:
+            return self._server.memory_pool.try_allocate(size)
+        moved = min(ahead, size)
         if moved < size and not self._server.memory_pool.try_allocate(size - moved):
             return False
-        self._ahead_reserved -= moved
+        self._ahead_reserved = ahead - moved
         return True
 
     def _release_read_ahead(self, *, all_of_it: bool = False) -> None:
@@ -467,8 +471,7 @@ class Connection(ResponseWriter):
         if size is None:
             return None
         if not self._frame_reserved:
-            if not (self._reserve_from_read_ahead(size) if self._ahead_reserved
-                    else self._server.memory_pool.try_allocate(size)):
+            if not self._try_reserve(size):
                 return None  # _read_frame waits for the pool
             self._frame_reserved = size if size > 0 else 0
         frame = decoder.take(size)
@@ -483,8 +486,7 @@ class Connection(ResponseWriter):
             size = decoder.pending_size()
             if size is not None:
                 if not self._frame_reserved:
-                    if not (self._reserve_from_read_ahead(size) if self._ahead_reserved
-                            else pool.try_allocate(size)):
+                    if not self._try_reserve(size):
                         # Never wait for memory this connection holds itself.
                         self._release_read_ahead(all_of_it=True)
                         since = trio.current_time()

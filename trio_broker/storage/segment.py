@@ -389,8 +389,8 @@ class Segment:
                 return False
             header = rb.decode_header(os.pread(self.fd, rb.HEADER_SIZE, position))
             if (header.batch_length < rb.MIN_BATCH_LENGTH or header.magic != rb.MAGIC
-                    or position + header.size > self.size or header.base_offset < expected
-                    or not self._offset_fits(header)):
+                    or position + header.size > self.size
+                    or self._order_problem(header, expected) is not None):
                 return False
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
@@ -399,12 +399,17 @@ class Segment:
             position += header.size
         return True
 
-    def _offset_fits(self, header: rb.BatchHeader) -> bool:
-        """Kafka's ``ensureOffsetInRange``: the batch's offsets are indexable relative to the
-        segment's base (the base offset field is outside the CRC; a flipped bit there must
-        not move the log end by 2^60)."""
-        return header.last_offset_delta >= 0 and (
-            0 <= header.last_offset - self.base_offset <= rb.INT32_MAX)
+    def _order_problem(self, header: rb.BatchHeader, expected: int) -> str | None:
+        """Why a batch cannot follow at ``expected`` in this segment, or None: its offsets go
+        backwards, or are not indexable relative to the segment's base (Kafka's
+        ``ensureOffsetInRange``: the base offset field is outside the CRC, and a flipped bit
+        there must not move the log end by 2^60)."""
+        if header.base_offset < expected:
+            return f"offset {header.base_offset} goes backwards (expected {expected})"
+        if header.last_offset_delta < 0 or not (
+                0 <= header.last_offset - self.base_offset <= rb.INT32_MAX):
+            return f"offset {header.last_offset} is out of range for segment {self.base_offset}"
+        return None
 
     def recover(self, expected_base: int) -> tuple[int, str | None]:
         """Validate every batch (CRC included), rebuild both indexes and truncate whatever follows
@@ -438,12 +443,8 @@ class Segment:
                 except rb.RecordBatchError as exc:
                     reason = exc.message
                     break
-                if header.base_offset < expected:
-                    reason = f"offset {header.base_offset} goes backwards (expected {expected})"
-                    break
-                if not self._offset_fits(header):
-                    reason = (f"offset {header.last_offset} is out of range for segment "
-                              f"{self.base_offset}")
+                reason = self._order_problem(header, expected)
+                if reason is not None:
                     break
                 self._index_recovered(valid + position, header)
                 expected = header.next_offset
