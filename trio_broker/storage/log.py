@@ -714,7 +714,7 @@ def _only_empty_batches(segment: Segment, position: int, records: bytes | Segmen
     size = records.size if isinstance(records, SegmentRegion) else len(records)
     if not size or size % rb.HEADER_SIZE or position + size != segment.size:
         return None
-    data = segment.pread(size, position)
+    data = records if isinstance(records, bytes) else segment.pread(size, position)
     for start in range(0, size, rb.HEADER_SIZE):
         header = rb.decode_header(data, start)
         if header.size != rb.HEADER_SIZE or header.record_count:
