@@ -111,7 +111,8 @@ class BrokerConfig:
         "socket.sendfile.enable", True,
         "Zero-copy fetch: send a Fetch response's record bytes from the segment file with "
         "sendfile on plaintext connections (Kafka always does; TLS connections read them). "
-        "false reads them into memory in the handler, as before. Not a Kafka key.")
+        "false reads them from the file and sends them a chunk of 256 KiB at a time, as TLS "
+        "connections do (for comparison, and file systems without sendfile). Not a Kafka key.")
     max_connections: int = setting(
         "max.connections", INT_MAX,
         "Connections allowed across the broker; the acceptor waits for a free slot.",

@@ -26,7 +26,8 @@ no progress for ``socket.send.stall.timeout.ms`` closes the connection.
 **Zero-copy fetch.** A response may arrive as :class:`FramedParts`: bytes and file regions (a
 Fetch response's record bytes, still in the segment files). On a plain socket the regions are
 sent with ``os.sendfile`` in the same non-blocking loop (stall timeout and read-ahead included;
-:class:`_UnsentFile`); any other transport (TLS) gets small regions read and joined with the
+:class:`_UnsentFile`); any other transport (TLS), or ``socket.sendfile.enable=false``, gets
+small regions read and joined with the
 bytes around them, and a region over :data:`REGION_CHUNK` read and sent a chunk at a time, so a
 client that does not read holds at most a chunk of file bytes in memory. Either way the regions
 are released once sent or dropped.
@@ -235,12 +236,13 @@ class ResponseWriter:
             await self._send(b"".join(payloads))  # type: ignore[arg-type]
             return
         try:
-            zero_copy = self.raw_socket and _HAVE_SENDFILE
+            zero_copy = (self.raw_socket and _HAVE_SENDFILE
+                         and self._server.config.socket_sendfile_enable)
             chunks: list[bytes | FileRegion] = []
             for payload in payloads:
                 for part in (payload,) if isinstance(payload, bytes) else payload.parts:
                     if not (zero_copy or isinstance(part, bytes) or part.size > REGION_CHUNK):
-                        part = part.read()  # the fallback (TLS): small regions read at once
+                        part = part.read()  # no sendfile: small regions read at once
                     if chunks and isinstance(part, bytes) and isinstance(chunks[-1], bytes):
                         chunks[-1] += part  # gather the bytes between regions
                     else:
@@ -251,7 +253,8 @@ class ResponseWriter:
                 elif zero_copy:
                     await self._send_region(chunk)
                 else:
-                    # A large region without sendfile (TLS) is read and sent a chunk at a time,
+                    # A large region without sendfile (TLS, or socket.sendfile.enable=false)
+                    # is read and sent a chunk at a time,
                     # as Kafka's SslTransportLayer.transferFrom: read whole, a client that
                     # never reads held fetch.max.bytes per response in memory (with
                     # pipelining, all of its responses at once).

@@ -145,8 +145,8 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
     total = 0
     errors = False
     # Zero-copy: the records stay in the segment files; the connection sends them with
-    # sendfile where it can and reads them otherwise (protocol/regions.py).
-    region = ctx.broker.config.socket_sendfile_enable
+    # sendfile where it can and reads them a chunk at a time otherwise (protocol/regions.py).
+    # Never read here: a response waiting its turn then holds no record bytes.
     read = []
     for part in reads:
         index = part.key.partition
@@ -174,7 +174,7 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
             lso = hw
             # A read_committed fetch past an open transaction is trimmed at the LSO, which
             # needs the bytes; otherwise the records may stay in the files.
-            zero_copy = region and not (read_committed and log.last_stable_offset < hw)
+            zero_copy = not (read_committed and log.last_stable_offset < hw)
             try:
                 result = log.read(part.fetch_offset,
                                   max(0, min(part.partition_max_bytes, remaining)),
