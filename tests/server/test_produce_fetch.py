@@ -313,6 +313,30 @@ async def test_list_offsets(broker: Broker, version: int) -> None:
     assert results == expected
 
 
+@pytest.mark.parametrize("fetch_version", [4, 7, 12])
+async def test_unknown_isolation_level_fails_as_in_kafka(broker: Broker,
+                                                         fetch_version: int) -> None:
+    """Kafka's ``IsolationLevel.forId`` throws for a level other than 0 and 1: a consumer's
+    Fetch and ListOffsets are answered UNKNOWN_SERVER_ERROR, never read as read_uncommitted."""
+    await broker.log_manager.append("t", 0, batch(b"a"))
+    body = dataclasses.replace(fetch_body(fetch_version, {("t", 0): 0}), isolation_level=2)
+    got = await call(broker, FETCH, fetch_version, body)
+    if fetch_version >= 7:  # the top-level error code came with sessions
+        assert got.error_code is ErrorCode.unknown_server_error
+    # Before v13 every partition carries the error too (FetchRequest.getErrorResponse).
+    assert all(p.error_code is ErrorCode.unknown_server_error and not p.records
+               for t in got.responses for p in t.partitions)
+    m = mod(LIST_OFFSETS, 7)
+    topics = (m.ListOffsetsTopic(name="t", partitions=(m.ListOffsetsPartition(
+        partition_index=0, timestamp=-1, current_leader_epoch=-1),)),)
+    failed = await call(broker, LIST_OFFSETS, 7, m.ListOffsetsRequest(
+        replica_id=-1, isolation_level=2, topics=topics))
+    assert failed.topics[0].partitions[0].error_code is ErrorCode.unknown_server_error
+    debugging = await call(broker, LIST_OFFSETS, 7, m.ListOffsetsRequest(
+        replica_id=-2, isolation_level=2, topics=topics))  # Kafka does not ask its level
+    assert debugging.topics[0].partitions[0].offset == 1
+
+
 async def test_init_producer_id_and_idempotent_produce(broker: Broker) -> None:
     m = mod(INIT_PID, 4)
     body = m.InitProducerIdRequest(transactional_id=None,

@@ -116,6 +116,13 @@ def is_internal_topic(name: str, info: Any = None) -> bool:
 NO_STORAGE = (ErrorCode.kafka_storage_error, "The broker has no storage attached")
 
 
+def unknown_isolation_level(body: Any) -> bool:
+    """An ``isolation_level`` other than 0 (read_uncommitted) and 1 (read_committed): Kafka's
+    ``IsolationLevel.forId`` throws, and the consumer's Fetch or ListOffsets fails with
+    UNKNOWN_SERVER_ERROR (``getErrorResponse``) instead of reading as read_uncommitted."""
+    return int(getattr(body, "isolation_level", 0)) not in (0, 1)
+
+
 def throttle(ctx: Any) -> datetime.timedelta:
     """The response's ``throttle_time`` field."""
     return datetime.timedelta(milliseconds=ctx.throttle_ms)

@@ -21,6 +21,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encoded_size
+from ...protocol.error_response import error_response
 from ...storage.log import LEADER_EPOCH
 from ...storage.txn_index import committed_view
 from ..acl import AclOperation, ResourceType
@@ -37,7 +38,7 @@ from ..fetch_session import (
 from ..quota_manager import FETCH as FETCH_QUOTA
 from ..quota_manager import REQUEST, QuotaManagers
 from ..registry import api_handler
-from ._admin import build, error_of, response_module, throttle
+from ._admin import build, error_of, response_module, throttle, unknown_isolation_level
 
 FETCH = 1
 MIN_VERSION = 4
@@ -286,6 +287,8 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     # KafkaApis.handleFetchRequest: READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
     denied = frozenset() if ctx.broker.authorizer is None else frozenset(
         name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
+    if reads and unknown_isolation_level(body):
+        return error_response(FETCH, ctx.api_version, body)
     read, total, errors = _read_all(ctx, body, module, max_bytes, reads, denied)
     _count_requests(ctx, read)
     min_bytes = min(int(body.min_bytes), max_bytes)

@@ -6,11 +6,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...protocol.error_response import error_response
 from ...storage.log import LEADER_EPOCH
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
-from ._admin import build, error_of, response_module, throttle
+from ._admin import build, error_of, response_module, throttle, unknown_isolation_level
 
 LIST_OFFSETS = 2
 MIN_VERSION = 1
@@ -34,6 +35,8 @@ async def handle_list_offsets(ctx: RequestContext, body: Any) -> Any:
     module = response_module(LIST_OFFSETS, ctx.api_version)
     lm = ctx.broker.log_manager
     seen: dict[tuple[str, int], int] = {}
+    if int(body.replica_id) == -1 and unknown_isolation_level(body):  # a consumer's
+        return error_response(LIST_OFFSETS, ctx.api_version, body)
     # read_committed consumers start from the last stable offset, not the high watermark.
     read_committed = int(getattr(body, "isolation_level", 0)) == 1
     for topic in body.topics:
