@@ -296,3 +296,63 @@ def test_exactly_once_example_runs(broker_process: Callable[..., Any]) -> None:
                              "--count", "12"], capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "read_committed sees 12" in result.stdout
+
+
+def test_a_marker_that_fails_to_write_is_written_again(broker_process: Callable[..., Any]
+                                                       ) -> None:
+    """A COMMIT marker that cannot be written (a file-size limit on the running broker stands
+    in for a full disk; the transaction log is small enough to take its records) must not
+    complete the transaction: it stays PrepareCommit and the marker is written again once it
+    fits, as Kafka retries markers. Completing it without the marker left the partition's
+    transaction open for good: its LSO stuck, the committed record never read_committed, even
+    after a restart."""
+    import resource
+
+    process = broker_process({
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "full-marker", 1)
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    for _ in range(2000):  # the segment: the broker's largest file, its own log included
+        plain.produce("full-marker", value=b"x" * 1000, partition=0)
+    assert plain.flush(30) == 0
+    producer = txn_producer(bootstrap, "full-marker-id")
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce("full-marker", value=b"committed", partition=0)
+    assert producer.flush(15) == 0
+    segment = process.data_dir / "full-marker-0" / f"{0:020d}.log"
+    assert process.process is not None
+    pid = process.process.pid
+    resource.prlimit(pid, resource.RLIMIT_FSIZE,
+                     (segment.stat().st_size, resource.RLIM_INFINITY))
+    producer.commit_transaction(15)  # PrepareCommit is written: the decision holds
+    deadline = time.monotonic() + 20  # the broker's log is written by a thread
+    while not process.events("transaction_marker_failed") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.events("transaction_marker_failed")
+    resource.prlimit(pid, resource.RLIMIT_FSIZE,
+                     (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+    def committed_values() -> list[bytes]:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4()}",
+                             "isolation.level": "read_committed",
+                             "enable.auto.commit": False, "enable.partition.eof": True})
+        consumer.assign([TopicPartition("full-marker", 0, 2000)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is None:
+                values.append(message.value())
+            elif message.error().code() == KafkaError._PARTITION_EOF and values:
+                break
+        consumer.close()
+        return values
+
+    assert committed_values() == [b"committed"]
+    assert process.events("transaction_committed")
+    process.restart()
+    assert committed_values() == [b"committed"]

@@ -365,13 +365,16 @@ class TransactionCoordinator:
             # deadline bounds that (a stopped group coordinator never answers its writes).
             with trio.CancelScope(shield=True,
                                   deadline=trio.current_time() + _FINISH_LIMIT_S):
-                await self._write_markers(meta, commit)
-                done = sm.complete(meta, self._now_ms())
-                error = await self._write(done)
+                if await self._write_markers(meta, commit):
+                    done = sm.complete(meta, self._now_ms())
+                    error = await self._write(done)
         finally:
             self._busy.discard(txn_id)
         if error:
-            return  # PrepareX stays current; the restart completes it
+            # PrepareX stays current: the timeout task writes the markers again (Kafka retries
+            # them until they are written), and so does a restart. Completing with a marker
+            # missing would leave that partition's transaction open forever, its LSO stuck.
+            return
         duration = self._now_ms() - meta.start_ms if meta.start_ms >= 0 else -1
         fields = dict(transactional_id=txn_id, producer_id=meta.producer_id,
                       producer_epoch=meta.producer_epoch, partitions=len(meta.partitions),
@@ -382,8 +385,10 @@ class TransactionCoordinator:
         else:
             emit("transaction_aborted", **fields)
 
-    async def _write_markers(self, meta: TxnMetadata, commit: bool) -> None:
+    async def _write_markers(self, meta: TxnMetadata, commit: bool) -> bool:
+        """A marker to every partition of the transaction; whether all were written."""
         lm = self.log_manager
+        written = True
         now = self._now_ms()
         marker = build_marker(meta.producer_id, meta.producer_epoch, commit, now)
         for topic, partition in sorted(meta.partitions):
@@ -391,6 +396,7 @@ class TransactionCoordinator:
                 error = await self.offsets.complete(meta.producer_id, meta.producer_epoch,
                                                     partition, commit, now)
                 if error:
+                    written = False
                     emit("transaction_marker_failed", transactional_id=meta.transactional_id,
                          topic=topic, partition=partition, error=error.name)
                 continue
@@ -399,8 +405,10 @@ class TransactionCoordinator:
             try:
                 await lm.append(topic, partition, marker, producer_check=False)
             except Exception as exc:
+                written = False
                 emit("transaction_marker_failed", transactional_id=meta.transactional_id,
                      topic=topic, partition=partition, error=repr(exc))
+        return written
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         if self._nursery is None:
