@@ -57,6 +57,17 @@ def read_all(bootstrap: str, topic: str, isolation: str, expected: int,
     return got
 
 
+def log_ends(bootstrap: str, topic: str, isolation: str) -> list[int]:
+    """ListOffsets latest of every partition: the LSO (read_committed) or the high watermark."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends",
+                         "isolation.level": isolation})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                for p in range(PARTITIONS)]
+    finally:
+        consumer.close()
+
+
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
@@ -356,3 +367,56 @@ def test_a_marker_that_fails_to_write_is_written_again(broker_process: Callable[
     assert process.events("transaction_committed")
     process.restart()
     assert committed_values() == [b"committed"]
+
+
+def test_kill_9_between_prepare_commit_and_a_marker_then_restart(
+        broker_process: Callable[..., Any]) -> None:
+    """A crash in the middle of EndTxn: PrepareCommit written, the group's offsets and one
+    partition's marker written, the other partition's marker not (its segment cannot grow:
+    a file-size limit), then kill -9. The restarted coordinator writes the missing markers, so
+    read_committed sees every record of the transaction once, no LSO is left behind and the
+    offsets sent with the transaction are the group's."""
+    import resource
+
+    process = broker_process({
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    bootstrap = process.bootstrap
+    create_topic(bootstrap, "mid-commit")
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    for _ in range(2000):  # partition 0's segment: the broker's largest file
+        plain.produce("mid-commit", value=b"x" * 1000, partition=0)
+    assert plain.flush(30) == 0
+    producer = txn_producer(bootstrap, "mid-commit-id")
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for partition in range(PARTITIONS):
+        producer.produce("mid-commit", value=b"txn-%d" % partition, partition=partition)
+    assert producer.flush(15) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mid-commit-group"})
+    producer.send_offsets_to_transaction(
+        [TopicPartition("mid-commit", p, 10 + p) for p in range(PARTITIONS)],
+        consumer.consumer_group_metadata(), 15)
+    consumer.close()
+    segment = process.data_dir / "mid-commit-0" / f"{0:020d}.log"
+    assert process.process is not None
+    resource.prlimit(process.process.pid, resource.RLIMIT_FSIZE,
+                     (segment.stat().st_size, resource.RLIM_INFINITY))
+    producer.commit_transaction(15)
+    deadline = time.monotonic() + 20  # the broker's log is written by a thread
+    while not process.events("transaction_marker_failed") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    failed = process.events("transaction_marker_failed")
+    assert {(e["topic"], e["partition"]) for e in failed} == {("mid-commit", 0)}
+    process.kill()
+    process.start()
+
+    got = read_all(bootstrap, "mid-commit", "read_committed", 2000 + PARTITIONS)
+    assert sorted(v for _, v in got if v.startswith(b"txn-")) == [
+        b"txn-%d" % p for p in range(PARTITIONS)]
+    assert len(got) == 2000 + PARTITIONS
+    # No partition's last stable offset is left behind its high watermark.
+    assert log_ends(bootstrap, "mid-commit", "read_committed") == log_ends(
+        bootstrap, "mid-commit", "read_uncommitted")
+    assert committed(bootstrap, "mid-commit-group", "mid-commit") == {
+        p: 10 + p for p in range(PARTITIONS)}
+    assert process.events("transactions_loaded")[-1]["pending"] == 1
