@@ -420,3 +420,93 @@ def test_kill_9_between_prepare_commit_and_a_marker_then_restart(
     assert committed(bootstrap, "mid-commit-group", "mid-commit") == {
         p: 10 + p for p in range(PARTITIONS)}
     assert process.events("transactions_loaded")[-1]["pending"] == 1
+
+
+def test_pending_transactional_offsets_across_kill_9(broker_process: Callable[..., Any]
+                                                     ) -> None:
+    """TxnOffsetCommit, then kill -9 before EndTxn (raw frames, two producers, groups on
+    different ``__consumer_offsets`` partitions). After the restart the offsets are still
+    pending (UNSTABLE_OFFSET_COMMIT for require_stable); the producer that comes back commits
+    its offsets, the one that does not is aborted by its timeout; and the outcome survives
+    another crash."""
+    import trio
+    from kio.schema.errors import ErrorCode
+
+    from tests.kafka_wire import WireClient
+    from tests.server.test_transaction_frames import end_txn, init_pid, mod
+
+    process = broker_process({
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+        "offsets.topic.num.partitions": "5"})
+    create_topic(process.bootstrap, "pending", 1)
+    groups = ["ga", "gb", "gc"]  # three different offsets partitions of five
+
+    async def offset_fetch(client: WireClient, group: str) -> tuple[str, int]:
+        m = mod(9, 8)
+        answer = await client.request(9, 8, m.OffsetFetchRequest(
+            require_stable=True, groups=(m.OffsetFetchRequestGroup(
+                group_id=group, topics=(m.OffsetFetchRequestTopics(
+                    name="pending", partition_indexes=(0,)),)),)))
+        part = answer.groups[0].topics[0].partitions[0]
+        return part.error_code.name, int(part.committed_offset)
+
+    async def send_offsets(client: WireClient, txn_id: str, pid: int, epoch: int, group: str,
+                           offset: int) -> None:
+        m = mod(25, 3)
+        assert (await client.request(25, 3, m.AddOffsetsToTxnRequest(
+            transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, group_id=group))
+                ).error_code is ErrorCode.none
+        m = mod(28, 3)
+        answer = await client.request(28, 3, m.TxnOffsetCommitRequest(
+            transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=(m.TxnOffsetCommitRequestTopic(name="pending", partitions=(
+                m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                                  committed_leader_epoch=-1,
+                                                  committed_metadata=""),)),)))
+        assert answer.topics[0].partitions[0].error_code is ErrorCode.none
+
+    async def before_the_crash() -> tuple[int, int]:
+        client = await WireClient.connect(process.port)
+        try:
+            init = await init_pid(client, "stays", 60000)
+            stays = int(init.producer_id), int(init.producer_epoch)
+            await send_offsets(client, "stays", *stays, "ga", 10)
+            await send_offsets(client, "stays", *stays, "gb", 10)
+            init = await init_pid(client, "leaves", 1000)
+            await send_offsets(client, "leaves", int(init.producer_id),
+                               int(init.producer_epoch), "gc", 20)
+            return stays
+        finally:
+            await client.aclose()
+
+    stays = trio.run(before_the_crash)
+    process.kill()
+    process.start()
+
+    async def after_the_crash() -> None:
+        client = await WireClient.connect(process.port)
+        try:
+            assert [await offset_fetch(client, g) for g in groups] == [
+                ("unstable_offset_commit", -1)] * 3
+            assert await end_txn(client, "stays", *stays, True) is ErrorCode.none
+            while (await offset_fetch(client, "gc"))[0] == "unstable_offset_commit":
+                await trio.sleep(0.1)  # until the abandoned transaction times out
+            assert [await offset_fetch(client, g) for g in groups] == [
+                ("none", 10), ("none", 10), ("none", -1)]
+        finally:
+            await client.aclose()
+
+    trio.run(after_the_crash)
+    process.kill()
+    process.start()
+
+    async def after_another_crash() -> None:
+        client = await WireClient.connect(process.port)
+        try:
+            assert [await offset_fetch(client, g) for g in groups] == [
+                ("none", 10), ("none", 10), ("none", -1)]
+        finally:
+            await client.aclose()
+
+    trio.run(after_another_crash)
