@@ -487,8 +487,11 @@ def test_pending_transactional_offsets_across_kill_9(broker_process: Callable[..
     async def after_the_crash() -> None:
         client = await WireClient.connect(process.port)
         try:
-            assert [await offset_fetch(client, g) for g in groups] == [
-                ("unstable_offset_commit", -1)] * 3
+            assert [await offset_fetch(client, g) for g in groups[:2]] == [
+                ("unstable_offset_commit", -1)] * 2
+            # Pending too until its 1 s timeout aborts it (which a slow restart may outlast).
+            assert await offset_fetch(client, "gc") in (("unstable_offset_commit", -1),
+                                                        ("none", -1))
             assert await end_txn(client, "stays", *stays, True) is ErrorCode.none
             while (await offset_fetch(client, "gc"))[0] == "unstable_offset_commit":
                 await trio.sleep(0.1)  # until the abandoned transaction times out
