@@ -489,3 +489,55 @@ def _batches_of(log: Any) -> list[tuple[rb.BatchHeader, bytes]]:
             out.append((rb.decode_header(view[p:p + n]), bytes(view[p:p + n])))
         offset = out[-1][0].last_offset + 1
     return out
+
+
+@pytest.mark.parametrize("freed_before_close", [True, False])
+def test_an_aborted_transaction_whose_index_append_failed_is_not_lost(
+        tmp_path: Path, freed_before_close: bool) -> None:
+    """The ABORT marker is in the log but its ``.txnindex`` entry could not be appended (a
+    full disk; here a directory in the file's place). A producer snapshot past the marker would
+    keep the next start from replaying it, and read_committed consumers would then read the
+    aborted records: the entry is written before any snapshot (at a roll or the clean
+    shutdown), and while it cannot be, no snapshot is taken (the shutdown is not clean, so the
+    next start replays the marker and writes the entry)."""
+    from trio_broker.storage.txn_index import build_marker
+
+    config = load_config({"log.dirs": str(tmp_path / "data")})
+    lm = LogManager(config)
+    lm.open()
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    log.append(_txn(1, b"aborted"))                                     # offset 0
+    blocker = log.directory / f"{0:020d}{TXN_INDEX_SUFFIX}"
+    blocker.mkdir()
+    with pytest.raises(OSError):
+        log.append(build_marker(1, 0, False, 1), from_client=False, producer_check=False)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.txn_index.aborted
+            ] == [(1, 0, 1)]
+    log.roll()                                 # no snapshot past the marker while unwritten
+    log.append(rb.build_batch([(None, b"plain", (), 1_700_000_000_000)]))   # offset 2
+    if freed_before_close:
+        blocker.rmdir()
+    lm.close()
+    if not freed_before_close:
+        blocker.rmdir()
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists() is freed_before_close
+    lm = LogManager(config)
+    lm.open()
+    try:
+        log = lm.get_partition("t", 0)
+        assert log is not None
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.txn_index.aborted
+                ] == [(1, 0, 1)]
+        assert log.last_stable_offset == log.high_watermark == 3
+    finally:
+        lm.close()
+    # Written to its file: a third start finds it without any replay.
+    lm = LogManager(config)
+    lm.open()
+    try:
+        log = lm.get_partition("t", 0)
+        assert log is not None and len(log.txn_index.aborted) == 1
+    finally:
+        lm.close()

@@ -429,6 +429,7 @@ class PartitionLog:
         self._add_segment(segment)
         self.producer_state.map_end_offset = self.log_end_offset
         try:
+            self.txn_index.write_unwritten()  # else no snapshot past their markers
             self.producer_state.write_snapshot()
         except OSError as exc:
             emit("log_flush_failed", topic=self.topic, partition=self.partition,
@@ -698,6 +699,9 @@ class PartitionLog:
             segment.close()
 
     def write_snapshot(self) -> None:
+        # An aborted transaction only in memory (its .txnindex append failed) must be written
+        # first: a snapshot past its marker would keep the next start from replaying it.
+        self.txn_index.write_unwritten()
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.write_snapshot()
 

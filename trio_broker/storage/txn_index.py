@@ -15,6 +15,7 @@ Markers are control batches: one record whose key is ``version i16 (0), type i16
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -118,6 +119,8 @@ class TransactionIndex:
         #: so its snapshots carry it).
         self.ongoing = ongoing
         self.aborted: list[AbortedTxn] = []
+        #: Entries whose append to their file failed (a full disk), written again later.
+        self._unwritten: list[tuple[int, AbortedTxn]] = []
 
     # ------------------------------------------------------------------------- updating
     def on_batch(self, header: rb.BatchHeader, kind: int | None, segment_base: int, *,
@@ -141,7 +144,8 @@ class TransactionIndex:
             return  # replayed after a restart: already indexed
         self.aborted.append(entry)
         if persist:
-            self._append_entry(segment_base, entry)
+            self._unwritten.append((segment_base, entry))
+            self.write_unwritten()
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """First offset of the oldest open transaction, else the high watermark."""
@@ -156,10 +160,29 @@ class TransactionIndex:
     def _path(self, segment_base: int) -> Path:
         return self.directory / f"{segment_base:020d}{TXN_INDEX_SUFFIX}"
 
+    def write_unwritten(self) -> None:
+        """Append the entries whose earlier append failed. Raises OSError while one still
+        cannot be written: no producer snapshot may then be taken past its marker, or the next
+        start would not replay the marker and the aborted records would read as committed."""
+        while self._unwritten:
+            segment_base, entry = self._unwritten[0]
+            self._append_entry(segment_base, entry)
+            del self._unwritten[0]
+
     def _append_entry(self, segment_base: int, entry: AbortedTxn) -> None:
-        with open(self._path(segment_base), "ab") as handle:
-            handle.write(_ENTRY.pack(0, entry.producer_id, entry.first_offset,
-                                     entry.last_offset, entry.last_stable_offset))
+        data = _ENTRY.pack(0, entry.producer_id, entry.first_offset, entry.last_offset,
+                           entry.last_stable_offset)
+        fd = os.open(self._path(segment_base), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write", str(self._path(segment_base)))
+            except OSError:
+                os.ftruncate(fd, size)  # no torn entry: the retry appends a whole one
+                raise
+        finally:
+            os.close(fd)
 
     def load(self, log_start: int, log_end: int, segment_bases: list[int]) -> None:
         """Read every ``.txnindex``; drop entries beyond the log end (cut by recovery), and
@@ -204,6 +227,7 @@ class TransactionIndex:
         that hold nothing else."""
         del segment_bases
         self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
+        self._unwritten = [(b, a) for b, a in self._unwritten if a.last_offset >= log_start]
         for path in self.directory.glob(f"*{TXN_INDEX_SUFFIX}"):
             data = path.read_bytes()
             if all(_ENTRY.unpack_from(data, at)[3] < log_start
@@ -218,3 +242,4 @@ class TransactionIndex:
     def truncate(self) -> None:
         self.ongoing.clear()
         self.aborted.clear()
+        self._unwritten.clear()
