@@ -202,3 +202,29 @@ async def test_an_empty_classic_group_becomes_a_consumer_group_keeping_its_offse
     error, _, result = await beat(harness, "a", 0, subscribed_topic_names=("t",))
     assert error == 0 and result.assignment == frozenset({("t", 0)})
     assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 7  # type: ignore
+
+
+async def test_a_group_larger_than_one_uncompressed_record_is_stored_and_restored(
+        tmp_path: Path, autojump_clock: Any) -> None:
+    """A snapshot is one record in a zstd batch: a group whose JSON is several times
+    message.max.bytes (about 2,000 members at Kafka's 1 MB) still joins, and a restart brings
+    every member back with its assignment."""
+    overrides = {"message.max.bytes": "50000", "group.consumer.session.timeout.ms": "600000"}
+    harness = Harness(tmp_path / "data", overrides)
+    async with trio.open_nursery() as nursery:
+        await harness.start(nursery)
+        harness.create_topic("t", 8)
+        for index in range(400):
+            error, message, _ = await beat(harness, f"member-{index:04d}-of-a-large-group", 0,
+                                           subscribed_topic_names=("t",))
+            assert error == 0, message
+        group = harness.coord.consumer_groups.groups["g"]
+        assert len(group.encoded_snapshot()) > 3 * 50000
+        before = group.snapshot()
+        await harness.stop()
+    again = Harness(harness.data_dir, overrides)
+    async with trio.open_nursery() as nursery:
+        await again.start(nursery)
+        restored = again.coord.consumer_groups.groups["g"]
+        assert len(restored.members) == 400 and restored.snapshot() == before
+        nursery.cancel_scope.cancel()

@@ -210,9 +210,15 @@ class GroupStorage:
     # ---------------------------------------------------------------------- writes
     def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
                  too_large: E = E.invalid_commit_offset_size) -> Pending[int]:
-        done: Pending[int] = Pending()
         now = self._now_ms()
-        batch = build_batch([(key, value, (), now) for key, value in records])
+        return self._enqueue_batch(
+            partition, build_batch([(key, value, (), now) for key, value in records]),
+            too_large=too_large)
+
+    def _enqueue_batch(self, partition: int, batch: bytes, *,
+                       too_large: E = E.invalid_commit_offset_size) -> Pending[int]:
+        """Queue one encoded batch for ``__consumer_offsets``; the event gets its error code."""
+        done: Pending[int] = Pending()
         self._write_send.send_nowait(_Write(partition, batch, done, too_large))
         return done
 
