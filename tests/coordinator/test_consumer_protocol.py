@@ -228,3 +228,46 @@ async def test_a_group_larger_than_one_uncompressed_record_is_stored_and_restore
         restored = again.coord.consumer_groups.groups["g"]
         assert len(restored.members) == 400 and restored.snapshot() == before
         nursery.cancel_scope.cancel()
+
+
+async def test_empty_consumer_groups_are_removed_by_the_retention_check(
+        tmp_path: Path, nursery: trio.Nursery, autojump_clock: Any, log_events: Any) -> None:
+    # A consumer joining and leaving with a new group id each time (the soak probe: 1,000
+    # ids, 1,000 groups kept for good). As Kafka's cleanupGroupMetadata, the retention check
+    # drops an empty group without offsets at once, and one with offsets when they expire.
+    harness = Harness(tmp_path / "data", {"offsets.retention.minutes": "1",
+                                          "offsets.retention.check.interval.ms": "1000"})
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 1)
+    for n in range(20):
+        group = f"g{n}"
+        _, _, joined = await beat(harness, "a", 0, group, subscribed_topic_names=("t",))
+        assert (await beat(harness, "a", -1, group))[0] == 0
+        if n % 2:
+            await coord.commit_offsets(group_id=group, generation_id=-1, member_id="",
+                                       group_instance_id=None,
+                                       offsets={("t", 0): OffsetCommitEntry(n)})
+    _, _, kept = await beat(harness, "a", 0, "active", subscribed_topic_names=("t",))
+    await trio.sleep(2)
+    assert set(coord.consumer_groups.groups) == {"active"} | {f"g{n}" for n in range(1, 20, 2)}
+    assert log_events.events("group_deleted", group_id="g0")
+    await beat(harness, "a", kept.member_epoch, "active", owned=kept.assignment)
+    nursery.start_soon(keep_alive_in, harness, "active", "a")
+    await trio.sleep(61)
+    assert list(coord.consumer_groups.groups) == ["active"]
+    assert not coord.groups.keys() - {"active"}
+    await harness.stop()
+
+    # Their tombstones are written: a restart does not bring them back.
+    again = Harness(harness.data_dir, harness.overrides)
+    async with trio.open_nursery() as inner:
+        coord2 = await again.start(inner)
+        assert list(coord2.consumer_groups.groups) == ["active"]
+        inner.cancel_scope.cancel()
+
+
+async def keep_alive_in(h: Harness, group_id: str, member: str) -> None:
+    while True:
+        m = h.coord.consumer_groups.groups[group_id].members[member]
+        await beat(h, member, m.member_epoch, group_id, owned=m.assigned)
+        await trio.sleep(1)

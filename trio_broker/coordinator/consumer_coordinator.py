@@ -346,6 +346,16 @@ class ConsumerGroups:
         return [tp for tp in old
                 if not any(m.subscribes_to(tp[0]) for m in group.members.values())]
 
+    def remove_if_empty(self, group_id: str) -> bool:
+        """Kafka's ``maybeDeleteGroup`` after offset expiry: forget a consumer group without
+        members (its offsets are gone, or it never had any) and write its tombstone."""
+        group = self.groups.get(group_id)
+        if group is None or group.members:
+            return False
+        del self.groups[group_id]
+        self._write_value(group_id, None)
+        return True
+
     async def delete(self, group_id: str) -> int | None:
         """DeleteGroups for a consumer group: None when it is not one."""
         group = self.groups.get(group_id)

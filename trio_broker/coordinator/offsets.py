@@ -284,10 +284,16 @@ class GroupOffsets:
             if group.state is GroupState.EMPTY and not group.offsets \
                     and not group.pending_members:
                 self._remove_group(group, "offsets expired" if expired else "empty group")
+                self.consumer_groups.remove_if_empty(group.group_id)
             elif expired:
                 self._enqueue(self.partition_for(group.group_id), [
                     (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
                     for t, p in expired])
+        # Consumer groups (KIP-848) without offsets have no entry above: an empty one goes
+        # too, or every group id a consumer ever joined with stays for good.
+        for group_id in [g for g in self.consumer_groups.groups if g not in self._groups]:
+            if self.consumer_groups.remove_if_empty(group_id):
+                emit("group_deleted", group_id=group_id, reason="empty group")
         return total
 
     @staticmethod
