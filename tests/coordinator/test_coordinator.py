@@ -569,6 +569,27 @@ async def test_offsets_of_empty_groups_expire(harness: Harness, nursery: trio.Nu
     assert log_events.events("group_deleted", group_id="simple")
 
 
+async def test_a_group_removed_with_its_expired_offsets_stays_removed_after_a_restart(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any) -> None:
+    # The soak probe: groups of expired offsets came back at every load, each offset record
+    # without a tombstone (compaction kept them for good).
+    harness.overrides.update({"offsets.retention.minutes": "1",
+                              "offsets.retention.check.interval.ms": "1000"})
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 1)
+    for n in range(5):
+        await coord.commit_offsets(group_id=f"g{n}", generation_id=-1, member_id="",
+                                   group_instance_id=None, offsets={("t", 0): OffsetCommitEntry(n)})
+    await trio.sleep(61)
+    assert not coord.groups
+    await harness.stop()
+
+    again = Harness(harness.data_dir, harness.overrides)
+    async with trio.open_nursery() as inner:
+        assert not (await again.start(inner)).groups
+        inner.cancel_scope.cancel()
+
+
 def test_partition_for_matches_kafka() -> None:
     from trio_broker.coordinator.records import java_string_hash, partition_for
 

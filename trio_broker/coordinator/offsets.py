@@ -246,13 +246,16 @@ class GroupOffsets:
         error = self._remove_group(group, "DeleteGroups")
         return await error.wait() if error is not None else E.none
 
-    def _remove_group(self, group: Group, reason: str) -> Pending[int] | None:
-        """Mark an empty group Dead, forget it and write its tombstones."""
+    def _remove_group(self, group: Group, reason: str, removed: Iterable[TopicPartition] = ()
+                      ) -> Pending[int] | None:
+        """Mark an empty group Dead, forget it and write its tombstones: one per offset it
+        still has and per offset just ``removed`` from it (an offset record without one would
+        bring the group back at the next load, and compaction would keep it for good)."""
         self._transition(group, GroupState.DEAD)
         del self._groups[group.group_id]
         records: list[tuple[bytes, bytes | None]] = [
             (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-            for t, p in sorted(group.offsets)]
+            for t, p in sorted(set(group.offsets).union(removed))]
         records.append((encode_group_key(GroupKey(group.group_id)), None))
         group.offsets.clear()
         emit("group_deleted", group_id=group.group_id, reason=reason)
@@ -283,7 +286,8 @@ class GroupOffsets:
                      state=group.state.value)
             if group.state is GroupState.EMPTY and not group.offsets \
                     and not group.pending_members:
-                self._remove_group(group, "offsets expired" if expired else "empty group")
+                self._remove_group(group, "offsets expired" if expired else "empty group",
+                                   expired)
                 self.consumer_groups.remove_if_empty(group.group_id)
             elif expired:
                 self._enqueue(self.partition_for(group.group_id), [
