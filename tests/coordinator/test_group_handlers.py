@@ -280,3 +280,39 @@ async def test_waiting_join_does_not_block_handlers(broker: Any) -> None:
     assert rejoined.generation_id == other.generation_id == joined.generation_id + 1
     await first.aclose()
     await second.aclose()
+
+
+async def test_deleting_a_topic_removes_its_committed_offsets(start_broker: Any) -> None:
+    # Kafka's onPartitionsDeleted. Topics created and deleted under churn otherwise stayed in
+    # every group that committed to them (the soak probe: 2,000 offsets of 1,000 deleted
+    # topics in one group), and a topic created again would resume from the old offsets.
+    import uuid
+
+    first = await start_broker(**{"offsets.topic.num.partitions": "3"})
+    await create_topic(first, "t", 2)
+    await create_topic(first, "kept", 1)
+    async with await WireClient.connect(first.port) as client:
+        await commit(client, 8, "only-t", {("t", 0): 5, ("t", 1): 6})
+        await commit(client, 8, "both", {("t", 0): 7, ("kept", 0): 8})
+        deleted = await client.request(20, 6, req(20, 6, timeout=ms(30000), topics=(
+            nested(20, 6, "DeleteTopicState", name="t", topic_id=uuid.UUID(int=0)),)))
+        assert deleted.responses[0].error_code == E.none
+
+        async def committed(group: str) -> list[tuple[str, int, int]]:
+            found = await client.request(OFFSET_FETCH, 7, req(OFFSET_FETCH, 7, group_id=group,
+                                                              topics=None))
+            return [(t.name, p.partition_index, p.committed_offset)
+                    for t in found.topics for p in t.partitions]
+
+        assert await committed("both") == [("kept", 0, 8)]
+        listed = await client.request(LIST, 4, req(LIST, 4, states_filter=()))
+        assert [g.group_id for g in listed.groups] == ["both"]
+        await create_topic(first, "t", 2)
+        assert await committed("only-t") == []
+    data = str(first.config.data_dir)
+    await first.shutdown()
+
+    # The tombstones were written: a restart does not bring the offsets back.
+    again = await start_broker(**{"offsets.topic.num.partitions": "3", "log.dirs": data})
+    assert set(again.broker.group_coordinator.groups) == {"both"}
+    assert list(again.broker.group_coordinator.groups["both"].offsets) == [("kept", 0)]

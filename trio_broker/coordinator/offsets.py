@@ -261,6 +261,34 @@ class GroupOffsets:
         emit("group_deleted", group_id=group.group_id, reason=reason)
         return self._enqueue(self.partition_for(group.group_id), records)
 
+    def forget_topic(self, topic: str) -> int:
+        """Kafka's ``onPartitionsDeleted``: a deleted topic's committed offsets leave every
+        group (with tombstones), and an empty group left without offsets goes with them.
+
+        Otherwise topics created and deleted under churn pile up in the groups that committed
+        to them until the retention expires them, and a topic created again under the name
+        would resume from the old topic's offsets. Returns how many offsets were removed.
+        """
+        if not self._loaded or self._nursery is None:
+            return 0
+        total = 0
+        for group in list(self._groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] == topic]
+            if not gone:
+                continue
+            total += len(gone)
+            for tp in gone:
+                del group.offsets[tp]
+            if group.state is GroupState.EMPTY and not group.offsets \
+                    and not group.pending_members:
+                self._remove_group(group, "topic deleted", gone)
+                self.consumer_groups.remove_if_empty(group.group_id)
+            else:
+                self._enqueue(self.partition_for(group.group_id), [
+                    (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
+                    for t, p in sorted(gone)])
+        return total
+
     # -------------------------------------------------------------- offset expiry
     async def _expire_offsets_periodically(self) -> None:
         await every(self.config.offsets_retention_check_interval_ms, self.expire_offsets)
