@@ -315,6 +315,10 @@ async def test_the_offset_map_is_bounded_by_the_dedupe_buffer(
     assert not await lm.cleaner.clean_once()
     assert log_events.events("log_cleaning_failed", topic="u")
     assert ("u", 0) in lm.cleaner.uncleanable
+    # Deleting the topic forgets the mark (it stayed for good, and a topic created again under
+    # the name was never cleaned).
+    lm.delete_topic("u")
+    assert not lm.cleaner.uncleanable
     lm.close()
 
 

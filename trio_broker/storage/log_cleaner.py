@@ -286,9 +286,14 @@ class LogCleaner:
             with contextlib.suppress(FileNotFoundError):
                 write_durably(self.checkpoint_path, "\n".join(lines) + "\n")
 
-    def forget(self, topic: str) -> None:
-        """A deleted topic's partitions start dirty from scratch if the name comes back."""
-        for key in [k for k in self.checkpoints if k[0] == topic]:
+    def forget(self, topic: str) -> bool:
+        """A deleted topic's partitions start dirty from scratch, and cleanable, if the name
+        comes back (Kafka's ``maintainUncleanablePartitions`` drops deleted partitions too).
+        True if a checkpoint went (the checkpoint file is then out of date)."""
+        self.uncleanable.difference_update([k for k in self.uncleanable if k[0] == topic])
+        for key in [k for k in self.horizons if k[0] == topic]:
+            del self.horizons[key]
+        gone = [k for k in self.checkpoints if k[0] == topic]
+        for key in gone:
             del self.checkpoints[key]
-            self.horizons.pop(key, None)
-            self.uncleanable.discard(key)
+        return bool(gone)

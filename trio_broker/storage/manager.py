@@ -438,8 +438,7 @@ class LogManager:
                 log._wake()
                 log.delete_files()
         self._log_configs.pop(name, None)
-        if any(key[0] == name for key in self.cleaner.checkpoints):
-            self.cleaner.forget(name)
+        if self.cleaner.forget(name):
             self.cleaner.write_checkpoints()
         if moved_start:
             # A topic re-created under this name must not inherit the old start offsets.
