@@ -396,6 +396,18 @@ def _txn(pid: int, *values: bytes, seq: int = 0) -> bytes:
                           producer_epoch=0, base_sequence=seq, attributes=rb.TRANSACTIONAL_BIT)
 
 
+def _one_partition(tmp_path: Path) -> tuple[Any, LogManager, Any]:
+    """A LogManager on ``tmp_path/data`` with topic ``t`` of one partition: config, manager,
+    the partition's log."""
+    config = load_config({"log.dirs": str(tmp_path / "data")})
+    lm = LogManager(config)
+    lm.open()
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    return config, lm, log
+
+
 @pytest.mark.parametrize("clean", [True, False])
 def test_open_transactions_survive_a_restart_through_snapshots_and_replay(
         tmp_path: Path, clean: bool) -> None:
@@ -403,12 +415,7 @@ def test_open_transactions_survive_a_restart_through_snapshots_and_replay(
     (found by replay) both hold the LSO after a restart, clean or not; their markers free it."""
     from trio_broker.storage.txn_index import build_marker
 
-    config = load_config({"log.dirs": str(tmp_path / "data")})
-    lm = LogManager(config)
-    lm.open()
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    config, lm, log = _one_partition(tmp_path)
     log.append(_txn(1, b"a"))                  # offset 0, producer 1 opens
     log.roll()                                 # snapshot at 1 holds {1: 0}
     log.append(_txn(2, b"b"))                  # offset 1, producer 2 opens
@@ -502,12 +509,7 @@ def test_an_aborted_transaction_whose_index_append_failed_is_not_lost(
     next start replays the marker and writes the entry)."""
     from trio_broker.storage.txn_index import build_marker
 
-    config = load_config({"log.dirs": str(tmp_path / "data")})
-    lm = LogManager(config)
-    lm.open()
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    config, lm, log = _one_partition(tmp_path)
     log.append(_txn(1, b"aborted"))                                     # offset 0
     blocker = log.directory / f"{0:020d}{TXN_INDEX_SUFFIX}"
     blocker.mkdir()
