@@ -231,40 +231,77 @@ async def test_transaction_states_are_a_metric(start_broker: Any) -> None:
     assert samples[(name, frozenset({("state", "Ongoing")}))] == 1
 
 
+async def offset_fetch(client: WireClient, require_stable: bool, topic: str = "t"
+                       ) -> tuple[Any, int]:
+    """Group ``g``'s committed offset of ``topic`` partition 0: ``(error, offset)``."""
+    m = mod(9, 8)
+    answer = await client.request(9, 8, m.OffsetFetchRequest(
+        require_stable=require_stable, groups=(m.OffsetFetchRequestGroup(
+            group_id="g", topics=(m.OffsetFetchRequestTopics(
+                name=topic, partition_indexes=(0,)),)),)))
+    part = answer.groups[0].topics[0].partitions[0]
+    return part.error_code, int(part.committed_offset)
+
+
+async def txn_offset_commit(client: WireClient, *topics: str) -> tuple[int, int]:
+    """A transaction of producer ``tx`` holding offset 5 of partition 0 of each of ``topics``
+    for group ``g``, not yet ended: ``(producer id, epoch)``."""
+    init = await init_pid(client, "tx")
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+    m = mod(ADD_OFFSETS, 3)
+    assert (await client.request(ADD_OFFSETS, 3, m.AddOffsetsToTxnRequest(
+        transactional_id="tx", producer_id=pid, producer_epoch=epoch, group_id="g"))
+            ).error_code is E.none
+    m = mod(TXN_OFFSET_COMMIT, 3)
+    answer = await client.request(TXN_OFFSET_COMMIT, 3, m.TxnOffsetCommitRequest(
+        transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
+        generation_id=-1, member_id="", group_instance_id=None,
+        topics=tuple(m.TxnOffsetCommitRequestTopic(name=topic, partitions=(
+            m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                              committed_leader_epoch=-1,
+                                              committed_metadata=""),)) for topic in topics)))
+    assert all(t.partitions[0].error_code is E.none for t in answer.topics)
+    return pid, epoch
+
+
 async def test_pending_transactional_offsets_are_unstable_for_require_stable(broker: Any
                                                                              ) -> None:
     broker.broker.log_manager.create_topic("t", 1)
     client = await WireClient.connect(broker.port)
-
-    async def offset_fetch(require_stable: bool) -> tuple[Any, int]:
-        m = mod(9, 8)
-        answer = await client.request(9, 8, m.OffsetFetchRequest(
-            require_stable=require_stable, groups=(m.OffsetFetchRequestGroup(
-                group_id="g", topics=(m.OffsetFetchRequestTopics(
-                    name="t", partition_indexes=(0,)),)),)))
-        part = answer.groups[0].topics[0].partitions[0]
-        return part.error_code, int(part.committed_offset)
-
     try:
-        init = await init_pid(client, "tx")
-        pid, epoch = int(init.producer_id), int(init.producer_epoch)
-        m = mod(ADD_OFFSETS, 3)
-        assert (await client.request(ADD_OFFSETS, 3, m.AddOffsetsToTxnRequest(
-            transactional_id="tx", producer_id=pid, producer_epoch=epoch, group_id="g"))
-                ).error_code is E.none
-        m = mod(TXN_OFFSET_COMMIT, 3)
-        answer = await client.request(TXN_OFFSET_COMMIT, 3, m.TxnOffsetCommitRequest(
-            transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
-            generation_id=-1, member_id="", group_instance_id=None,
-            topics=(m.TxnOffsetCommitRequestTopic(name="t", partitions=(
-                m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5,
-                                                  committed_leader_epoch=-1,
-                                                  committed_metadata=""),)),)))
-        assert answer.topics[0].partitions[0].error_code is E.none
-        assert await offset_fetch(True) == (E.unstable_offset_commit, -1)
-        assert await offset_fetch(False) == (E.none, -1)  # not visible before the commit
+        pid, epoch = await txn_offset_commit(client, "t")
+        assert await offset_fetch(client, True) == (E.unstable_offset_commit, -1)
+        # not visible before the commit
+        assert await offset_fetch(client, False) == (E.none, -1)
         assert await end_txn(client, "tx", pid, epoch, True) is E.none
-        assert await offset_fetch(True) == (E.none, 5)
+        assert await offset_fetch(client, True) == (E.none, 5)
+    finally:
+        await client.aclose()
+
+
+async def test_pending_offsets_of_a_deleted_topic_are_dropped(broker: Any) -> None:
+    """Kafka's onPartitionsDeleted drops pending transactional commits of a deleted topic too:
+    require_stable no longer waits on them, and the commit stores none for the topic (a topic
+    created again under the name would have resumed from them)."""
+    import uuid
+
+    lm = broker.broker.log_manager
+    lm.create_topic("t", 1)
+    lm.create_topic("kept", 1)
+    client = await WireClient.connect(broker.port)
+    try:
+        pid, epoch = await txn_offset_commit(client, "t", "kept")
+        m = mod(20, 6)
+        deleted = await client.request(20, 6, m.DeleteTopicsRequest(
+            timeout=datetime.timedelta(seconds=30),
+            topics=(m.DeleteTopicState(name="t", topic_id=uuid.UUID(int=0)),)))
+        assert deleted.responses[0].error_code is E.none
+        assert await offset_fetch(client, True) == (E.none, -1)
+        assert await offset_fetch(client, True, "kept") == (E.unstable_offset_commit, -1)
+        assert await end_txn(client, "tx", pid, epoch, True) is E.none
+        lm.create_topic("t", 1)
+        assert await offset_fetch(client, True) == (E.none, -1)
+        assert await offset_fetch(client, True, "kept") == (E.none, 5)
     finally:
         await client.aclose()
 

@@ -55,6 +55,15 @@ class TxnOffsets:
             found.update(groups.get(group_id, {}))
         return found
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's pending offsets are dropped (Kafka's ``onPartitionsDeleted``
+        removes pending transactional commits too): a commit of the transaction then stores
+        none for it, and require_stable reads no longer wait on it."""
+        for groups in self.pending.values():
+            for offsets in groups.values():
+                for key in [tp for tp in offsets if tp[0] == topic]:
+                    del offsets[key]
+
     def validate(self, group_id: str, generation_id: int, member_id: str,
                  instance_id: str | None) -> ErrorCode:
         """Kafka's ``validateTransactionalOffsetCommit`` checks: a known member of the current

@@ -90,6 +90,7 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                         lm.delete_topic(name)
                         ctx.broker.topic_metrics.forget(name)
                         ctx.broker.group_coordinator.forget_topic(name)
+                        ctx.broker.transaction_coordinator.offsets.forget_topic(name)
                     except Exception as exc:  # StorageError and unexpected errors, per topic
                         code, message = error_of(exc)
         results.append(build(module.DeletableTopicResult, name=name, topic_id=topic_id,
