@@ -634,6 +634,43 @@ async def test_groups_unknown_group(broker: Any) -> None:
         0, "[]\n", "")
 
 
+
+async def test_groups_describe_empty_and_rebalancing_groups(broker: Any) -> None:
+    """ConsumerGroupCommand.shouldPrintMemberState: "has no active members" for every view of
+    an empty group (no table without rows), "Warning: ... is rebalancing." while a member's
+    JoinGroup waits for the others."""
+    from trio_broker.testing.client import TrioKafkaClient, assignment
+
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "t"))[0] == 0
+    empty = "\nConsumer group 'g' has no active members.\n"
+    assert (await tool(b, "groups", "--reset-offsets", "--group", "g", "--topic", "t",
+                       "--to-earliest", "--execute"))[0] == 0
+    code, out, err = await tool(b, "groups", "--describe", "--group", "g", "--state")
+    assert (code, err, out.splitlines()[2].split()[-2:]) == (0, empty, ["Empty", "0"])
+    assert await tool(b, "groups", "--describe", "--group", "g", "--members") == (0, "", empty)
+
+    async with await TrioKafkaClient.connect(broker.port) as first, \
+            await TrioKafkaClient.connect(broker.port) as second:
+        joined = await first.join_group("g", ["t"], rebalance_timeout_ms=60000)
+        await first.sync_group(joined, {joined.member_id: assignment({"t": [0]})})
+        async with trio.open_nursery() as nursery:
+            # the second member's JoinGroup waits for the first to rejoin: PreparingRebalance
+            nursery.start_soon(functools.partial(second.join_group, "g", ["t"]))
+            rebalancing = "\nWarning: Consumer group 'g' is rebalancing.\n"
+            for _ in range(100):
+                code, out, err = await tool(b, "groups", "--describe", "--group", "g")
+                if err == rebalancing:
+                    break
+                await trio.sleep(0.05)
+            assert (code, err, out.splitlines()[2].split()[:6]) == (
+                0, rebalancing, ["g", "t", "0", "0", "0", "0"])
+            code, out, err = await tool(b, "groups", "--describe", "--group", "g", "--state")
+            assert (code, err, out.splitlines()[2].split()[-2:]) == (
+                0, rebalancing, ["PreparingRebalance", "2"])
+            nursery.cancel_scope.cancel()
+
+
 # ------------------------------------------------------------------- untrusted responses
 def answer_once(listener: socket.socket, response: bytes) -> None:
     """A 'broker' on a real socket: reads one request frame, writes ``response``, closes."""

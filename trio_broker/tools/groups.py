@@ -285,6 +285,19 @@ def members_table(rows: list[dict[str, Any]]) -> list[str]:
     return ["", line(titles, "#PARTITIONS"), *(line(r, r["partitions"]) for r in rows)]
 
 
+def should_print(group: str, state: str, rows: int, err: TextIO) -> bool:
+    """ConsumerGroupCommand.shouldPrintMemberState: the state's line on stderr (a group that
+    does not exist, has no members or is rebalancing); True when there is a table to print
+    (``rows`` rows, and the group exists)."""
+    if state == "Dead":
+        print(f"Error: Consumer group '{group}' does not exist.", file=err)
+    elif state == "Empty":
+        print(f"\nConsumer group '{group}' has no active members.", file=err)
+    elif state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
+        print(f"\nWarning: Consumer group '{group}' is rebalancing.", file=err)
+    return state != "Dead" and rows > 0
+
+
 def state_table(group: str, node: tuple[int, str, int], described: Any) -> list[str]:
     """ConsumerGroupCommand.printState."""
     coordinator_text = f"{node[1]}:{node[2]} ({node[0]})"
@@ -410,12 +423,9 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                     lines = state_table(group, node, info)
                 if json_out:
                     continue
-                if str(info.group_state) == "Dead":
-                    print(f"Error: Consumer group '{group}' does not exist.", file=err)
-                    continue
-                if ns.members and not info.members:
-                    print(f"\nConsumer group '{group}' has no active members.", file=err)
-                print("\n".join(lines), file=out)
+                if should_print(group, str(info.group_state),
+                                len(info.members) if ns.members else 1, err):
+                    print("\n".join(lines), file=out)
             if json_out:
                 emit_json(views, out)
             return
@@ -427,12 +437,8 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 described[group] = {"state": state, "partitions": rows}
                 if json_out:
                     continue
-                if state == "Dead":
-                    print(f"Error: Consumer group '{group}' does not exist.", file=err)
-                    continue
-                if state in ("Empty", "PreparingRebalance", "CompletingRebalance"):
-                    print(f"\nConsumer group '{group}' has no active members.", file=err)
-                print("\n".join(describe_table(rows)), file=out)
+                if should_print(group, state, len(rows), err):
+                    print("\n".join(describe_table(rows)), file=out)
             if json_out:
                 emit_json(described, out)
             return
