@@ -254,6 +254,10 @@ async def test_configs_topics_and_brokers(broker: Any) -> None:
         0, "Completed updating config for topic c1.\n", "")
     assert (await tool(b, "configs", "--alter", *entity, "--delete-config",
                        "retention.ms"))[0] == 0
+    # ConfigCommand.alterConfig: configs that are not set cannot be deleted (nothing is)
+    assert await tool(b, "configs", "--alter", *entity, "--delete-config",
+                      "segment.ms,retention.ms,flush.ms") == (
+        1, "", "trio_broker configs: Invalid config(s): retention.ms,flush.ms\n")
     code, out, _ = await tool(b, "configs", "--describe", *entity)
     assert code == 0 and [line.split(" sensitive=")[0] for line in out.splitlines()] == [
         "Dynamic configs for topic c1 are:", "  cleanup.policy=compact,delete",

@@ -18,6 +18,7 @@ from .admin_client import AdminConnection
 from .common import (
     Parser,
     Request,
+    ToolError,
     UsageError,
     add_connection_options,
     check,
@@ -171,6 +172,12 @@ def run_alter(conn: AdminConnection, ns: argparse.Namespace, out: TextIO) -> Non
     if not add and not remove:
         raise UsageError("At least one of --add-config or --delete-config must be specified "
                          "with --alter")
+    if remove:
+        # ConfigCommand.alterConfig: deleting a config that is not set fails the command
+        present = {e["name"] for e in describe_entries(conn, kind, name, False)}
+        invalid = [k for k in remove if k not in present]
+        if invalid:
+            raise ToolError(f"Invalid config(s): {','.join(invalid)}")
     request = Request(conn, INCREMENTAL_ALTER_CONFIGS)
     configs = [request.nested("AlterableConfig", name=k, config_operation=SET, value=v)
                for k, v in add.items()]
