@@ -383,6 +383,12 @@ async def test_produce_consume_formats_and_groups(broker: Any) -> None:
                                 "--property", "print.offset=true")
     assert (code, out, err) == (0, "Offset:0\ta\tone\nOffset:1\tb\ttwo\n",
                                 "Processed a total of 2 messages\n")
+    # Kafka 4's names for the same properties
+    assert await tool(b, "produce", "--topic", "fmt", "--reader-property", "parse.key=true",
+                      "--reader-property", "key.separator=:", stdin="") == (0, "", "")
+    code, out, _ = await tool(b, "consume", "--topic", "fmt", "--from-beginning", "--max-messages",
+                              "1", "--formatter-property", "print.key=true")
+    assert (code, out) == (0, "a\tone\n")
     code, out, _ = await tool(b, "consume", "--topic", "fmt", "--partition", "0", "--offset",
                               "1", "-e", "-f", "%t/%p/%o %K %S %k=%v|%h|\\n")
     assert (code, out) == (0, "fmt/0/1 1 3 b=two||\nfmt/0/2 1 5 c=three||\n")

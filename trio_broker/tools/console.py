@@ -217,8 +217,8 @@ def produce_parser() -> argparse.ArgumentParser:
     add("--topic", "-t", required=True, help="the topic to produce to")
     add("--partition", "-p", type=int, help="always this partition (default: by key, as "
         "Kafka's default partitioner; records without a key: one partition per batch)")
-    add("--property", action="append", default=[], metavar="KEY=VALUE",
-        help="line reader properties: parse.key, key.separator (TAB), parse.headers, "
+    add("--property", "--reader-property", action="append", default=[], metavar="KEY=VALUE",
+        help="line reader properties (--reader-property: Kafka 4's name): parse.key, key.separator (TAB), parse.headers, "
              "headers.delimiter (TAB), headers.separator (,), headers.key.separator (:), "
              "null.marker")
     add("-K", dest="kcat_key_separator", metavar="SEP",
@@ -334,8 +334,9 @@ def consume_parser() -> argparse.ArgumentParser:
         help="exit if no record arrives for this long")
     add("--exit-at-end", "-e", action="store_true",
         help="exit once every partition is read to its end (kcat -e)")
-    add("--property", action="append", default=[], metavar="KEY=VALUE",
-        help="formatter properties: print.key, print.value, print.headers, print.timestamp, "
+    add("--property", "--formatter-property", action="append", default=[],
+        metavar="KEY=VALUE",
+        help="formatter properties (--formatter-property: Kafka 4's name): print.key, print.value, print.headers, print.timestamp, "
              "print.partition, print.offset, key.separator, line.separator, "
              "headers.separator, null.literal")
     add("--format", "-f", metavar="FMT",
