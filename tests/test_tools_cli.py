@@ -111,6 +111,25 @@ def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> N
     assert err.count("\n") == 1 and "Broker may not be available" in err
 
 
+@pytest.mark.parametrize(("value", "reason"), [
+    ("abc", "Not a number of type INT"), ("1.5", "Not a number of type INT"),
+    ("-1", "Value must be at least 0")])
+@pytest.mark.parametrize("command", ["topics", "groups", "configs", "acls", "quotas"])
+def test_bad_request_timeout_is_kafkas_one_line(
+        command: str, value: str, reason: str, tmp_path: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A --command-config value Kafka's ConfigDef refuses: its message, status 1."""
+    config = tmp_path / "client.properties"
+    config.write_text(f"request.timeout.ms={value}\n")
+    action = {"configs": ["--describe", "--entity-type", "topics"],
+              "quotas": ["--describe", "--entity-type", "users"]}.get(command, ["--list"])
+    assert cli_main([command, "--bootstrap-server", "127.0.0.1:1", *action,
+                     "--command-config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and \
+        f"Invalid value {value} for configuration request.timeout.ms: {reason}" in err
+
+
 def test_installed_command(broker_process: Any) -> None:
     process = broker_process()
     done = subprocess.run([sys.executable, "-m", "trio_broker", "topics", "--bootstrap-server",

@@ -375,14 +375,6 @@ def check_options(ns: argparse.Namespace) -> None:
                                "present separating the principal type from the principal name)")
 
 
-def _client_settings(path: str | None) -> dict[str, str]:
-    """``--command-config``: the tools' one reader (client.id, request.timeout.ms)."""
-    try:
-        return client_settings(path, "acls")
-    except ToolError as exc:
-        raise CommandError(str(exc)) from None
-
-
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
          err: TextIO | None = None, stdin: TextIO | None = None) -> int:
     """Run the command; 0 on success, 1 on any error."""
@@ -406,7 +398,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             print(question, file=out, flush=True)
             return reader.readline().strip().lower() == "y"
 
-        settings = _client_settings(ns.command_config)
+        # a bad --command-config fails as AclCommand's Admin.create does: no usage
+        settings = client_settings(ns.command_config, "acls")
         with connect_with(ns.bootstrap_server, settings, "acls") as conn:
             if ns.add:
                 run_add(conn, ns, pattern, out)
@@ -421,7 +414,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     except UnsupportedVersion as exc:
         print(exc, file=err)
         return 1
-    except (BrokerError, AdminClientError, OSError, ValueError) as exc:
+    except (ToolError, AdminClientError, OSError, ValueError) as exc:
         print(f"Error while executing ACL command: {exc}", file=err)
         return 1
     return 0

@@ -91,8 +91,24 @@ def client_settings(path: str | None, tool: str) -> dict[str, str]:
     except OSError as exc:
         raise ToolError(f"{path}: {exc.strerror}") from None
     settings = parse_properties(text)
+    request_timeout(settings)
     security_of(settings)
     return settings
+
+
+def request_timeout(settings: dict[str, str]) -> float:
+    """``request.timeout.ms`` in seconds (30 s by default), refused as Kafka's ConfigDef
+    refuses it: an INT of at least 0."""
+    text = settings.get("request.timeout.ms", "30000").strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise ToolError(f"Invalid value {text} for configuration request.timeout.ms: "
+                        "Not a number of type INT") from None
+    if value < 0:
+        raise ToolError(f"Invalid value {text} for configuration request.timeout.ms: "
+                        "Value must be at least 0")
+    return value / 1000
 
 
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -146,7 +162,7 @@ def connect_with(bootstrap_server: str, settings: dict[str, str], tool: str) -> 
     """One connection to the first reachable of ``bootstrap_server``, with the client
     properties already read by :func:`client_settings` (request.timeout.ms, client.id,
     security)."""
-    timeout = float(settings.get("request.timeout.ms", "30000")) / 1000
+    timeout = request_timeout(settings)
     return AdminConnection.connect(bootstrap_server, timeout=timeout,
                                    client_id=settings.get("client.id", f"trio-broker-{tool}"),
                                    security=security_of(settings))
