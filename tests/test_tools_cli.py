@@ -76,6 +76,31 @@ async def test_topics_create_list_describe_alter_delete(broker: Any) -> None:
     assert await tool(b, "topics", "--list") == (0, "audit\n", "")
 
 
+async def test_topics_describe_reports(broker: Any) -> None:
+    """kafka-topics.sh's --describe filters: the Topic lines of topics with overrides, or the
+    partition lines of the partitions in a state (one broker: none under-replicated)."""
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "strict", "--partitions", "2",
+                       "--config", "min.insync.replicas=2"))[0] == 0
+    assert (await tool(b, "topics", "--create", "--topic", "plain"))[0] == 0
+    code, out, _ = await tool(b, "topics", "--describe", "--topics-with-overrides")
+    assert code == 0 and re.fullmatch(
+        r"Topic: strict\tTopicId: \S+\tPartitionCount: 2\tReplicationFactor: 1\t"
+        r"Configs: min.insync.replicas=2\n", out), out
+    assert await tool(b, "topics", "--describe", "--under-min-isr-partitions") == (0, (
+        "\tTopic: strict\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\n"
+        "\tTopic: strict\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\n"), "")
+    assert await tool(b, "topics", "--describe", "--at-min-isr-partitions") == (
+        0, "\tTopic: plain\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\n", "")
+    for report in ("--under-replicated-partitions", "--unavailable-partitions"):
+        assert await tool(b, "topics", "--describe", report) == (0, "", "")
+    code, out, _ = await tool(b, "topics", "--describe", "--at-min-isr-partitions",
+                              "--output", "json")
+    assert [(t["name"], len(t["partitions"])) for t in json.loads(out)] == [("plain", 1)]
+    code, _, err = await tool(b, "topics", "--list", "--unavailable-partitions")
+    assert code == 2 and "only valid with --describe" in err
+
+
 async def test_topics_refused_by_the_broker(broker: Any) -> None:
     code, out, err = await tool(broker.bootstrap, "topics", "--create", "--topic", "bad",
                                 "--config", "cleanup.policy=nonsense")

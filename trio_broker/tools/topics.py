@@ -68,7 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     add("--if-not-exists", action="store_true",
         help="with --create: do nothing if the topic already exists")
     add("--exclude-internal", action="store_true", help="leave internal topics out")
+    reports = parser.add_mutually_exclusive_group()
+    for flag, text in REPORTS.items():
+        reports.add_argument(f"--{flag}", action="store_true", help=f"with --describe: {text}")
     return parser
+
+
+#: kafka-topics.sh's ``--describe`` filters: the topics with overrides (their Topic lines
+#: only), or the partitions in one state (their partition lines only).
+REPORTS = {
+    "topics-with-overrides": "only show topics that have overridden configs",
+    "under-replicated-partitions": "only show under replicated partitions",
+    "unavailable-partitions": "only show partitions whose leader is not available",
+    "under-min-isr-partitions": "only show partitions whose isr count is less than the "
+                                "configured minimum",
+    "at-min-isr-partitions": "only show partitions whose isr count is equal to the configured "
+                             "minimum",
+}
 
 
 def uuid_text(value: uuid.UUID | None) -> str | None:
@@ -163,6 +179,46 @@ def describe_lines(topic: dict[str, Any]) -> list[str]:
     return lines
 
 
+def min_insync_replicas(conn: AdminConnection, names: Sequence[str]) -> dict[str, int]:
+    """Each topic's ``min.insync.replicas`` (its override or the broker's default)."""
+    request = Request(conn, DESCRIBE_CONFIGS)
+    response = request.send(resources=tuple(
+        request.nested("DescribeConfigsResource", resource_type=TOPIC_RESOURCE, resource_name=n,
+                       configuration_keys=("min.insync.replicas",)) for n in names),
+        include_synonyms=False, include_documentation=False)
+    found = {}
+    for result in response.results:
+        check(result.error_code, result.error_message, result.resource_name)
+        for c in result.configs:
+            if c.name == "min.insync.replicas" and c.value is not None:
+                found[result.resource_name] = int(c.value)
+    return found
+
+
+def reported(conn: AdminConnection, topics: list[dict[str, Any]], ns: argparse.Namespace
+             ) -> list[dict[str, Any]]:
+    """TopicCommand's describe filters: the topics (or partitions) ``ns`` asks to report, each
+    topic with a ``"lines"`` key saying which of its lines are printed."""
+    if ns.topics_with_overrides:
+        return [{**t, "lines": "topic"} for t in topics if t["configs"]]
+    if not (ns.under_replicated_partitions or ns.unavailable_partitions
+            or ns.under_min_isr_partitions or ns.at_min_isr_partitions):
+        return topics
+    min_isr = (min_insync_replicas(conn, [t["name"] for t in topics])
+               if ns.under_min_isr_partitions or ns.at_min_isr_partitions else {})
+    found = []
+    for topic in topics:
+        wanted = min_isr.get(topic["name"], 1)
+        kept = [p for p in topic["partitions"] if (
+            ns.under_replicated_partitions and len(p["isr"]) < len(p["replicas"])
+            or ns.unavailable_partitions and p["leader"] is None
+            or ns.under_min_isr_partitions and len(p["isr"]) < wanted
+            or ns.at_min_isr_partitions and len(p["isr"]) == wanted)]
+        if kept:
+            found.append({**topic, "partitions": kept, "lines": "partitions"})
+    return found
+
+
 def parse_configs(items: Sequence[str]) -> dict[str, str]:
     configs = {}
     for item in items:
@@ -234,6 +290,8 @@ def check_options(ns: argparse.Namespace) -> None:
                          "--alter --entity-type topics` to change a topic's configs)")
     if ns.if_not_exists and not ns.create:
         raise UsageError("--if-not-exists is only valid with --create")
+    if not ns.describe and any(getattr(ns, f.replace("-", "_")) for f in REPORTS):
+        raise UsageError(f"--{'/--'.join(REPORTS)} are only valid with --describe")
     if ns.if_exists and not (ns.alter or ns.delete or ns.describe):
         raise UsageError("--if-exists is only valid with --alter, --describe or --delete")
 
@@ -250,10 +308,16 @@ def execute(ns: argparse.Namespace, out: TextIO) -> None:
                 for name in result:
                     print(name, file=out)
         elif ns.describe:
-            result = describe(conn, require_found(matching(conn, ns), ns))
+            result = reported(conn, describe(conn, require_found(matching(conn, ns), ns)), ns)
             if ns.output == "text":
                 for topic in result:
-                    print("\n".join(describe_lines(topic)), file=out)
+                    lines = describe_lines(topic)
+                    shown = {"topic": lines[:1], "partitions": lines[1:]}.get(
+                        topic.pop("lines", ""), lines)
+                    print("\n".join(shown), file=out)
+            else:
+                for topic in result:
+                    topic.pop("lines", None)
         elif ns.alter:
             names = require_found(matching(conn, ns), ns)
             alter(conn, names, ns.partitions)
