@@ -722,7 +722,26 @@ async def test_groups_describe_empty_and_rebalancing_groups(broker: Any) -> None
             code, out, err = await tool(b, "groups", "--describe", "--group", "g", "--state")
             assert (code, err, out.splitlines()[2].split()[-2:]) == (
                 0, rebalancing, ["PreparingRebalance", "2"])
+            assert await tool(b, "groups", "--delete", "--group", "g") == (
+                1, "", "trio_broker groups: Deletion of consumer group 'g' failed: the group is "
+                       "not empty (NON_EMPTY_GROUP)\n")
             nursery.cancel_scope.cancel()
+
+
+async def test_groups_delete_tries_every_group(broker: Any) -> None:
+    """ConsumerGroupService.deleteGroups: a group that cannot be deleted does not keep the
+    others; the deleted ones are named on stdout, the failures on stderr, status 1."""
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "t"))[0] == 0
+    for group in ("a", "c"):
+        assert (await tool(b, "groups", "--reset-offsets", "--group", group, "--topic", "t",
+                           "--to-earliest", "--execute"))[0] == 0
+    assert await tool(b, "groups", "--delete", "--group", "a", "--group", "nope", "--group",
+                      "c") == (
+        1, "These consumer groups were deleted successfully: 'a', 'c'\n",
+        "trio_broker groups: Deletion of consumer group 'nope' failed: the group does not "
+        "exist (GROUP_ID_NOT_FOUND)\n")
+    assert await tool(b, "groups", "--list") == (0, "", "")
 
 
 # ------------------------------------------------------------------- untrusted responses

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from .admin_client import AdminConnection
 from .common import (
+    BrokerError,
     Parser,
     Request,
     ToolError,
@@ -443,13 +444,17 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 emit_json(described, out)
             return
         if ns.delete:
-            deleted = delete_groups(conn, groups)
+            deleted, failed = delete_groups(conn, groups)
+            shown = ", ".join(f"'{g}'" for g in deleted)
             if json_out:
-                emit_json({"deleted": deleted}, out)
-            else:
-                shown = ", ".join(f"'{g}'" for g in deleted)
+                emit_json({"deleted": deleted, "failed": failed}, out)
+            elif not failed:
                 print(f"Deletion of requested consumer groups ({shown}) was successful.",
                       file=out)
+            elif deleted:
+                print(f"These consumer groups were deleted successfully: {shown}", file=out)
+            if failed:
+                raise ToolError("; ".join(failed))
             return
         group = groups[0]
         with _coordinated(conn, group) as coord:
@@ -492,21 +497,25 @@ class _coordinated:  # noqa: N801 - used as a context manager like a function
             self.coord.close()
 
 
-def delete_groups(conn: AdminConnection, groups: list[str]) -> list[str]:
-    deleted = []
+def delete_groups(conn: AdminConnection, groups: list[str]) -> tuple[list[str], list[str]]:
+    """DeleteGroups for each group, as ConsumerGroupService.deleteGroups: every group is tried
+    (one that fails does not stop the others); the deleted groups and one reason per failure."""
+    deleted, failed = [], []
     for group in groups:
         with _coordinated(conn, group) as coord:
             response = Request(coord, DELETE_GROUPS).send(groups_names=(group,))
-            result = response.results[0]
-            if result.error_code == ErrorCode.non_empty_group:
-                raise ToolError(f"Deletion of consumer group '{group}' failed: the group is "
-                                "not empty (NON_EMPTY_GROUP)")
-            if result.error_code == ErrorCode.group_id_not_found:
-                raise ToolError(f"Deletion of consumer group '{group}' failed: the group does "
-                                "not exist (GROUP_ID_NOT_FOUND)")
-            check(result.error_code, None, group)
+            code = response.results[0].error_code
+        if code == ErrorCode.none:
             deleted.append(group)
-    return deleted
+        elif code == ErrorCode.non_empty_group:
+            failed.append(f"Deletion of consumer group '{group}' failed: the group is not "
+                          "empty (NON_EMPTY_GROUP)")
+        elif code == ErrorCode.group_id_not_found:
+            failed.append(f"Deletion of consumer group '{group}' failed: the group does not "
+                          "exist (GROUP_ID_NOT_FOUND)")
+        else:
+            failed.append(str(BrokerError(code, None, group)))
+    return deleted, failed
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
