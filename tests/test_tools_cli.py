@@ -736,6 +736,14 @@ async def test_groups_delete_tries_every_group(broker: Any) -> None:
     for group in ("a", "c"):
         assert (await tool(b, "groups", "--reset-offsets", "--group", group, "--topic", "t",
                            "--to-earliest", "--execute"))[0] == 0
+    # --list --state [STATES] (ConsumerGroupService.printGroupInfo), states in any case
+    row = "{:<25} {:<20}".format
+    assert await tool(b, "groups", "--list", "--state") == (
+        0, f"{row('GROUP', 'STATE')}\n{row('a', 'Empty')}\n{row('c', 'Empty')}\n", "")
+    assert await tool(b, "groups", "--list", "--state", "stable,preparingrebalance") == (
+        0, f"{row('GROUP', 'STATE')}\n", "")
+    code, _, err = await tool(b, "groups", "--list", "--state", "Bogus")
+    assert code == 2 and "Invalid state list 'Bogus'. Valid states are: " in err
     assert await tool(b, "groups", "--delete", "--group", "a", "--group", "nope", "--group",
                       "c") == (
         1, "These consumer groups were deleted successfully: 'a', 'c'\n",

@@ -66,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--members", action="store_true",
                       help="--describe: the members (consumer id, host, client id, "
                            "#partitions)")
-    view.add_argument("--state", action="store_true",
-                      help="--describe: coordinator, assignment strategy, state, #members")
+    view.add_argument("--state", nargs="?", const="", metavar="STATES",
+                      help="--describe: coordinator, assignment strategy, state, #members; "
+                           "--list: each group's state, only the groups in STATES "
+                           "(comma-separated) if given")
     view.add_argument("--offsets", action="store_true",
                       help="--describe: offsets and lag per partition (the default)")
     add("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
@@ -299,6 +301,29 @@ def should_print(group: str, state: str, rows: int, err: TextIO) -> bool:
     return state != "Dead" and rows > 0
 
 
+#: The states ``--list --state`` takes (Kafka's GroupState names of consumer groups).
+GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
+                "Assigning", "Reconciling")
+
+
+def parse_states(text: str) -> set[str]:
+    """``--list --state A,B``: state names in any case (GroupState.parse)."""
+    by_lower = {s.lower(): s for s in GROUP_STATES}
+    parsed = {by_lower.get(part.strip().lower(), part.strip()) for part in text.split(",")
+              if part.strip()}
+    if not parsed <= set(GROUP_STATES):
+        raise UsageError(f"Invalid state list '{text}'. Valid states are: "
+                         f"{', '.join(GROUP_STATES)}")
+    return parsed
+
+
+def states_table(groups: list[dict[str, str]]) -> list[str]:
+    """ConsumerGroupService.printGroupInfo with the STATE column."""
+    fmt = f"{{:<{max([15, *(len(g['group']) for g in groups)]) + 10}}} {{:<20}}"
+    return [fmt.format("GROUP", "STATE"),
+            *(fmt.format(g["group"], g["state"] or "Unknown") for g in groups)]
+
+
 def state_table(group: str, node: tuple[int, str, int], described: Any) -> list[str]:
     """ConsumerGroupCommand.printState."""
     coordinator_text = f"{node[1]}:{node[2]} ({node[0]})"
@@ -387,7 +412,11 @@ def check_options(ns: argparse.Namespace) -> None:
                              "--to-current, --to-offset, --to-datetime, --shift-by")
         if ns.to_datetime is not None:
             parse_datetime(ns.to_datetime)
-    if (ns.members or ns.state or ns.offsets) and not ns.describe:
+    if ns.state is not None and not (ns.list or ns.describe):
+        raise UsageError("--state goes with --describe or --list")
+    if ns.state and ns.describe:
+        raise UsageError("--state takes no value with --describe")
+    if (ns.members or ns.offsets) and not ns.describe:
         raise UsageError("--members, --state and --offsets go with --describe")
     if not ns.reset_offsets and (ns.topic or ns.all_topics or ns.execute or ns.dry_run):
         raise UsageError("--topic, --all-topics, --dry-run and --execute go with "
@@ -399,6 +428,14 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
     json_out = ns.output == "json"
     with connect(ns, "groups") as conn:
         groups = ns.group or ([g["group"] for g in list_groups(conn)] if ns.all_groups else [])
+        if ns.list and ns.state is not None:
+            wanted = parse_states(ns.state)
+            listed = [g for g in list_groups(conn) if not wanted or g["state"] in wanted]
+            if json_out:
+                emit_json(listed, out)
+            else:
+                print("\n".join(states_table(listed)), file=out)
+            return
         if ns.list:
             listed = list_groups(conn)
             if json_out:
@@ -406,7 +443,7 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
             for g in [] if json_out else listed:
                 print(g["group"], file=out)
             return
-        if ns.describe and (ns.members or ns.state):
+        if ns.describe and (ns.members or ns.state is not None):
             views: dict[str, Any] = {}
             for group in groups:
                 node = find_coordinator(conn, group)
