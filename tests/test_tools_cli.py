@@ -314,6 +314,12 @@ async def test_configs_topics_and_brokers(broker: Any) -> None:
     code, out, _ = await tool(b, "configs", "--describe", "--entity-type", "brokers",
                               "--entity-name", "1")
     assert (code, out.splitlines()[0]) == (0, "Dynamic configs for broker 1 are:")
+    # kafka-configs.sh's shortcuts for the entity type and name
+    assert await tool(b, "configs", "--describe", "--topic", "c1") == \
+        await tool(b, "configs", "--describe", *entity)
+    assert await tool(b, "configs", "--describe", "--broker", "1") == (0, out, "")
+    assert await tool(b, "configs", "--describe", "--broker-defaults") == (
+        0, "Default configs for brokers in the cluster are:\n", "")
     # this broker refuses dynamic broker configs: one line, status 1
     code, out, err = await tool(b, "configs", "--alter", "--entity-type", "brokers",
                                 "--entity-default", "--add-config", "log.retention.ms=1")
@@ -358,7 +364,10 @@ async def test_configs_quotas_are_the_quotas_command(broker: Any) -> None:
 
 
 @pytest.mark.parametrize(("args", "reason"), [
-    (("--describe",), "the following arguments are required: --entity-type"),
+    (("--describe",), "one of --entity-type, --topic, --broker, --broker-defaults is required"),
+    (("--describe", "--topic", "t", "--entity-name", "u"), "--topic cannot be combined"),
+    (("--describe", "--topic", "t", "--broker", "1"), "--topic cannot be combined"),
+    (("--describe", "--broker", "x"), "valid integer"),
     (("--describe", "--entity-type", "groups"), "invalid choice: 'groups'"),
     (("--describe", "--entity-type", "brokers", "--entity-name", "x"), "valid integer"),
     (("--describe", "--entity-type", "topics", "--add-config", "a=b"), "--describe cannot"),

@@ -66,8 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_argument("--describe", action="store_true", help="list configs of the entity")
     actions.add_argument("--alter", action="store_true", help="change configs of the entity")
     add = parser.add_argument
-    add("--entity-type", required=True,
+    add("--entity-type",
         choices=("topics", "brokers", "users", "clients", "ips"), help="the kind of entity")
+    add("--topic", metavar="TOPIC", help="= --entity-type topics --entity-name TOPIC")
+    add("--broker", metavar="ID", help="= --entity-type brokers --entity-name ID")
+    add("--broker-defaults", action="store_true",
+        help="= --entity-type brokers --entity-default")
     name = parser.add_mutually_exclusive_group()
     name.add_argument("--entity-name", metavar="NAME", help="topic name or broker id")
     name.add_argument("--entity-default", action="store_true",
@@ -198,7 +202,26 @@ def run_alter(conn: AdminConnection, ns: argparse.Namespace, out: TextIO) -> Non
               file=out)
 
 
+def entity_shortcuts(ns: argparse.Namespace) -> None:
+    """kafka-configs.sh's ``--topic``, ``--broker`` and ``--broker-defaults``: the entity type
+    and name in one flag."""
+    given = [f for f, v in (("--topic", ns.topic), ("--broker", ns.broker),
+                            ("--broker-defaults", ns.broker_defaults or None)) if v is not None]
+    if not given:
+        if ns.entity_type is None:
+            raise UsageError("one of --entity-type, --topic, --broker, --broker-defaults is "
+                             "required")
+        return
+    if len(given) > 1 or ns.entity_type or ns.entity_name or ns.entity_default:
+        raise UsageError(f"{given[0]} cannot be combined with --entity-type, --entity-name, "
+                         "--entity-default or another entity flag")
+    ns.entity_type = "topics" if ns.topic is not None else "brokers"
+    ns.entity_name = ns.topic if ns.topic is not None else ns.broker
+    ns.entity_default = ns.broker_defaults
+
+
 def execute(ns: argparse.Namespace, out: TextIO) -> None:
+    entity_shortcuts(ns)
     if ns.describe and (ns.add_config or ns.delete_config):
         raise UsageError("--describe cannot be used with --add-config or --delete-config")
     if ns.entity_type == "brokers" and ns.entity_name and not re.fullmatch(r"\d+", ns.entity_name):
