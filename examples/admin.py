@@ -115,6 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    try:
+        return _command(admin, args)
+    except KafkaException as exc:  # e.g. no broker there: one line, not a traceback
+        print(f"admin.py: {exc.args[0].str()} ({args.bootstrap})", file=sys.stderr)
+        return 1
+
+
+def _command(admin: AdminClient, args: argparse.Namespace) -> int:
     if args.command is None:
         return _tour(admin, args.topic, args.timeout)
     if args.command == "create":

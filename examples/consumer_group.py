@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="do not print every record")
     args = parser.parse_args(argv)
 
-    ensure_topic(args.bootstrap, args.topic, args.partitions)
+    try:
+        ensure_topic(args.bootstrap, args.topic, args.partitions)
+    except KafkaException as exc:  # e.g. no broker there: one line, not a traceback
+        print(f"consumer_group.py: {exc.args[0].str()} ({args.bootstrap})", file=sys.stderr)
+        return 1
     stop = threading.Event()
     counts: dict[str, int] = {}
     lock = threading.Lock()

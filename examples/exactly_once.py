@@ -51,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     for future in admin.create_topics([NewTopic(source, args.partitions),
                                        NewTopic(sink, args.partitions)]).values():
-        future.result(15)
+        try:
+            future.result(15)
+        except TimeoutError:  # e.g. no broker there: one line, not a traceback
+            print(f"exactly_once.py: no answer from {args.bootstrap} within 15 s",
+                  file=sys.stderr)
+            return 1
     plain = Producer({"bootstrap.servers": args.bootstrap})
     for i in range(args.count):
         plain.produce(source, value=f"record-{i}".encode(), partition=i % args.partitions)

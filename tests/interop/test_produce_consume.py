@@ -407,3 +407,24 @@ def test_examples_run_against_the_broker(broker_process: Any) -> None:
     assert "example: 4 partition(s)" in example("admin.py", "list")
     example("admin.py", "delete", "example")
     assert "example:" not in example("admin.py", "list")
+
+
+def test_examples_without_a_broker_say_so_in_one_line() -> None:
+    """A new user's first mistake (no broker started): one line and status 1, no traceback."""
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import free_port
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    nowhere = f"127.0.0.1:{free_port()}"
+    runs = [(args[0], subprocess.Popen(
+        [sys.executable, str(examples / args[0]), "--bootstrap", nowhere, *args[1:]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        for args in (("admin.py", "--timeout", "2", "list"), ("admin.py", "--timeout", "2"),
+                     ("consumer_group.py",), ("exactly_once.py",))]
+    for name, process in runs:
+        _, err = process.communicate(timeout=TIMEOUT * 2)
+        lines = [x for x in err.decode().splitlines() if not x.startswith("%")]  # librdkafka's
+        assert (process.returncode, len(lines)) == (1, 1), (name, err.decode())
+        assert lines[0].startswith(f"{name}: ") and nowhere in lines[0], lines
