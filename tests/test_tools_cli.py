@@ -464,6 +464,32 @@ async def test_produce_consume_formats_and_groups(broker: Any) -> None:
 
 
 @pytest.mark.interop
+async def test_consume_moves_past_transaction_markers(broker: Any) -> None:
+    """A transaction's commit marker takes an offset: the console consumer's position (and
+    the offset it commits) moves past it, so -e ends and the group has no lag, as Kafka's."""
+    from confluent_kafka import Producer
+
+    b = broker.bootstrap
+    assert (await tool(b, "topics", "--create", "--topic", "tx"))[0] == 0
+
+    def transaction() -> None:
+        producer = Producer({"bootstrap.servers": b, "transactional.id": "cli-tx"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for value in ("one", "two"):
+            producer.produce("tx", value=value)
+        producer.commit_transaction(30)
+
+    await trio.to_thread.run_sync(transaction)
+    code, out, err = await tool(b, "consume", "--topic", "tx", "--from-beginning", "-e",
+                                "--group", "g", "--timeout-ms", "10000")
+    assert (code, out, err) == (0, "one\ntwo\n", "Processed a total of 2 messages\n")
+    code, out, _ = await tool(b, "groups", "--describe", "--group", "g", "--output", "json")
+    assert [(r["current_offset"], r["log_end_offset"], r["lag"])
+            for r in json.loads(out)["g"]["partitions"]] == [(3, 3, 0)]
+
+
+@pytest.mark.interop
 async def test_records_read_by_confluent_kafka(broker: Any) -> None:
     """What `produce` writes, confluent-kafka reads: keys, values, headers, partitions."""
     b = broker.bootstrap

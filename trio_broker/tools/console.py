@@ -366,8 +366,10 @@ def start_offsets(conn: AdminConnection, ns: argparse.Namespace,
 
 
 def fetch(request: Request, positions: dict[tuple[str, int], int], wait_ms: int
-          ) -> list[tuple[str, int, list[rb.Record], int]]:
-    """One Fetch of every partition: ``(topic, partition, records, high watermark)``."""
+          ) -> list[tuple[str, int, list[rb.Record], int, int]]:
+    """One Fetch of every partition: ``(topic, partition, records, high watermark, next
+    offset)``; the next offset is past every batch returned, control batches (transaction
+    markers) included, as a Kafka consumer's position moves past them."""
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in sorted(positions.items()):
         by_topic.setdefault(topic, []).append((partition, offset))
@@ -388,16 +390,19 @@ def fetch(request: Request, positions: dict[tuple[str, int], int], wait_ms: int
             data = part.records or b""
             start = positions[(topic.topic, int(part.partition_index))]
             records: list[rb.Record] = []
+            next_offset = start
             for position, size in rb.iter_batches(data):
                 batch = data[position:position + size]
-                if rb.decode_header(batch).is_control:
+                header = rb.decode_header(batch)
+                next_offset = max(next_offset, header.next_offset)
+                if header.is_control:
                     continue
                 try:
                     records += [r for r in rb.decode_records(batch) if r.offset >= start]
                 except rb.RecordBatchError as exc:
                     raise ToolError(f"{topic.topic}-{part.partition_index}: {exc}") from None
             found.append((topic.topic, int(part.partition_index), records,
-                          int(part.high_watermark)))
+                          int(part.high_watermark), next_offset))
     return found
 
 
@@ -450,7 +455,8 @@ def _poll_loop(ns: argparse.Namespace, request: Request, positions: dict[tuple[s
         wait = 500 if ns.timeout_ms is None else max(0, min(500, ns.timeout_ms))
         at_end = True
         before = consumed
-        for topic, partition, records, high_watermark in fetch(request, positions, wait):
+        for topic, partition, records, high_watermark, next_offset in fetch(
+                request, positions, wait):
             for record in records:
                 stdout.write(formatter(topic, partition, record))
                 consumed += 1
@@ -458,6 +464,8 @@ def _poll_loop(ns: argparse.Namespace, request: Request, positions: dict[tuple[s
                 if ns.max_messages is not None and consumed >= ns.max_messages:
                     done = True
                     break
+            else:  # every record written: move past control batches too
+                positions[(topic, partition)] = max(positions[(topic, partition)], next_offset)
             if positions[(topic, partition)] < high_watermark:
                 at_end = False
             if done:
