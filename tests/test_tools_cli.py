@@ -155,6 +155,20 @@ def test_bad_request_timeout_is_kafkas_one_line(
         f"Invalid value {value} for configuration request.timeout.ms: {reason}" in err
 
 
+@pytest.mark.parametrize(("command", "flag"), [("produce", "--producer.config"),
+                                             ("consume", "--consumer.config")])
+def test_console_config_flags_of_kafka_3(command: str, flag: str, tmp_path: Any,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """kafka-console-producer/consumer.sh 3.x's names for --command-config are read."""
+    config = tmp_path / "client.properties"
+    config.write_text("request.timeout.ms=soon\n")
+    assert cli_main([command, "--bootstrap-server", "127.0.0.1:1", "--topic", "t", flag,
+                     str(config)]) == 1
+    assert capsys.readouterr().err == (
+        f"trio_broker {command}: Invalid value soon for configuration request.timeout.ms: "
+        "Not a number of type INT\n")
+
+
 def test_installed_command(broker_process: Any) -> None:
     process = broker_process()
     done = subprocess.run([sys.executable, "-m", "trio_broker", "topics", "--bootstrap-server",

@@ -214,6 +214,8 @@ def produce_parser() -> argparse.ArgumentParser:
                     "(kafka-console-producer.sh, kcat -P).", PRODUCE_EXAMPLES)
     add_connection_options(parser, output=False)
     add = parser.add_argument
+    add("--producer.config", dest="command_config", metavar="FILE",
+        help="= --command-config (kafka-console-producer.sh's name before Kafka 4)")
     add("--topic", "-t", required=True, help="the topic to produce to")
     add("--partition", "-p", type=int, help="always this partition (default: by key, as "
         "Kafka's default partitioner; records without a key: one partition per batch)")
@@ -320,6 +322,8 @@ def consume_parser() -> argparse.ArgumentParser:
                     "(kafka-console-consumer.sh, kcat -C).", CONSUME_EXAMPLES)
     add_connection_options(parser, output=False)
     add = parser.add_argument
+    add("--consumer.config", dest="command_config", metavar="FILE",
+        help="= --command-config (kafka-console-consumer.sh's name before Kafka 4)")
     add("--topic", "-t", required=True, help="the topic to consume")
     add("--partition", "-p", type=int, help="only this partition (default: all)")
     start = parser.add_mutually_exclusive_group()
