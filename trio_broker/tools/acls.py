@@ -414,7 +414,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     except UnsupportedVersion as exc:
         print(exc, file=err)
         return 1
-    except (ToolError, AdminClientError, OSError, ValueError) as exc:
+    except (BrokerError, ToolError, AdminClientError, OSError, ValueError) as exc:
         print(f"Error while executing ACL command: {exc}", file=err)
         return 1
     return 0
