@@ -220,9 +220,9 @@ def produce_parser() -> argparse.ArgumentParser:
     add("--partition", "-p", type=int, help="always this partition (default: by key, as "
         "Kafka's default partitioner; records without a key: one partition per batch)")
     add("--property", "--reader-property", action="append", default=[], metavar="KEY=VALUE",
-        help="line reader properties (--reader-property: Kafka 4's name): parse.key, key.separator (TAB), parse.headers, "
-             "headers.delimiter (TAB), headers.separator (,), headers.key.separator (:), "
-             "null.marker")
+        help="line reader properties (--reader-property: Kafka 4's name): parse.key, "
+             "key.separator (TAB), parse.headers, headers.delimiter (TAB), "
+             "headers.separator (,), headers.key.separator (:), null.marker")
     add("-K", dest="kcat_key_separator", metavar="SEP",
         help="kcat's key delimiter: the same as --property parse.key=true --property "
              "key.separator=SEP")
@@ -340,9 +340,9 @@ def consume_parser() -> argparse.ArgumentParser:
         help="exit once every partition is read to its end (kcat -e)")
     add("--property", "--formatter-property", action="append", default=[],
         metavar="KEY=VALUE",
-        help="formatter properties (--formatter-property: Kafka 4's name): print.key, print.value, print.headers, print.timestamp, "
-             "print.partition, print.offset, key.separator, line.separator, "
-             "headers.separator, null.literal")
+        help="formatter properties (--formatter-property: Kafka 4's name): print.key, "
+             "print.value, print.headers, print.timestamp, print.partition, print.offset, "
+             "key.separator, line.separator, headers.separator, null.literal")
     add("--format", "-f", metavar="FMT",
         help="kcat format string: %%t topic, %%p partition, %%o offset, %%k key, %%v value, "
              "%%h headers (k=v,...), %%T timestamp (ms), %%K/%%S key/value length, \\n \\t")
