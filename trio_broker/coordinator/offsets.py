@@ -181,10 +181,14 @@ class GroupOffsets:
                 group.offsets.pop(tp, None)
         return E.none, results
 
+    @staticmethod
+    def _offset_tombstones(group_id: str, partitions: Iterable[TopicPartition]
+                           ) -> list[tuple[bytes, bytes | None]]:
+        return [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in partitions]
+
     async def _write_offset_tombstones(self, group: Group, partitions: Iterable[TopicPartition]
                                        ) -> int:
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(OffsetKey(group.group_id, t, p)), None) for t, p in partitions]
+        records = self._offset_tombstones(group.group_id, partitions)
         if not records:
             return E.none
         return await self._enqueue(self.partition_for(group.group_id), records).wait()
@@ -253,9 +257,8 @@ class GroupOffsets:
         bring the group back at the next load, and compaction would keep it for good)."""
         self._transition(group, GroupState.DEAD)
         del self._groups[group.group_id]
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-            for t, p in sorted(set(group.offsets).union(removed))]
+        records = self._offset_tombstones(group.group_id,
+                                          sorted(set(group.offsets).union(removed)))
         records.append((encode_group_key(GroupKey(group.group_id)), None))
         group.offsets.clear()
         emit("group_deleted", group_id=group.group_id, reason=reason)
@@ -279,15 +282,20 @@ class GroupOffsets:
             total += len(gone)
             for tp in gone:
                 del group.offsets[tp]
-            if group.state is GroupState.EMPTY and not group.offsets \
-                    and not group.pending_members:
-                self._remove_group(group, "topic deleted", gone)
-                self.consumer_groups.remove_if_empty(group.group_id)
-            else:
-                self._enqueue(self.partition_for(group.group_id), [
-                    (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-                    for t, p in sorted(gone)])
+            self._offsets_removed(group, sorted(gone), "topic deleted")
         return total
+
+    def _offsets_removed(self, group: Group, removed: list[TopicPartition], reason: str
+                         ) -> None:
+        """After ``removed`` left ``group``'s offsets: an empty group left without offsets
+        goes (Kafka's ``maybeDeleteGroup``), a consumer group of the id too; otherwise the
+        removed offsets get their tombstones."""
+        if group.state is GroupState.EMPTY and not group.offsets and not group.pending_members:
+            self._remove_group(group, reason, removed)
+            self.consumer_groups.remove_if_empty(group.group_id)
+        elif removed:
+            self._enqueue(self.partition_for(group.group_id),
+                          self._offset_tombstones(group.group_id, removed))
 
     # -------------------------------------------------------------- offset expiry
     async def _expire_offsets_periodically(self) -> None:
@@ -312,15 +320,8 @@ class GroupOffsets:
                     del group.offsets[tp]
                 emit("offsets_expired", group_id=group.group_id, partitions=len(expired),
                      state=group.state.value)
-            if group.state is GroupState.EMPTY and not group.offsets \
-                    and not group.pending_members:
-                self._remove_group(group, "offsets expired" if expired else "empty group",
-                                   expired)
-                self.consumer_groups.remove_if_empty(group.group_id)
-            elif expired:
-                self._enqueue(self.partition_for(group.group_id), [
-                    (encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-                    for t, p in expired])
+            self._offsets_removed(group, expired,
+                                  "offsets expired" if expired else "empty group")
         # Consumer groups (KIP-848) without offsets have no entry above: an empty one goes
         # too, or every group id a consumer ever joined with stays for good.
         for group_id in [g for g in self.consumer_groups.groups if g not in self._groups]:

@@ -427,10 +427,8 @@ class PartitionLog:
         segment = self._new_segment(self.log_end_offset)
         segment.next_offset = old.next_offset
         self._add_segment(segment)
-        self.producer_state.map_end_offset = self.log_end_offset
         try:
-            self.txn_index.write_unwritten()  # else no snapshot past their markers
-            self.producer_state.write_snapshot()
+            self.write_snapshot()
         except OSError as exc:
             emit("log_flush_failed", topic=self.topic, partition=self.partition,
                  error=f"producer snapshot: {exc}")
