@@ -27,10 +27,10 @@ no progress for ``socket.send.stall.timeout.ms`` closes the connection.
 Fetch response's record bytes, still in the segment files). On a plain socket the regions are
 sent with ``os.sendfile`` in the same non-blocking loop (stall timeout and read-ahead included;
 :class:`_UnsentFile`); any other transport (TLS), or ``socket.sendfile.enable=false``, gets
-small regions read and joined with the
-bytes around them, and a region over :data:`REGION_CHUNK` read and sent a chunk at a time, so a
-client that does not read holds at most a chunk of file bytes in memory. Either way the regions
-are released once sent or dropped.
+small regions read and joined with the bytes around them, and a region over
+:data:`REGION_CHUNK` read and sent a chunk at a time, so a client that does not read holds at
+most a chunk of file bytes in memory. Either way the regions are released once sent or
+dropped.
 
 **Why a mixin.** ``Connection`` inherits :class:`ResponseWriter`; the writer's methods use the
 connection's slots directly. This is the hot path of the request loop: a method found on a base
@@ -254,10 +254,10 @@ class ResponseWriter:
                     await self._send_region(chunk)
                 else:
                     # A large region without sendfile (TLS, or socket.sendfile.enable=false)
-                    # is read and sent a chunk at a time,
-                    # as Kafka's SslTransportLayer.transferFrom: read whole, a client that
-                    # never reads held fetch.max.bytes per response in memory (with
-                    # pipelining, all of its responses at once).
+                    # is read and sent a chunk at a time, as Kafka's
+                    # SslTransportLayer.transferFrom: read whole, a client that never reads
+                    # held fetch.max.bytes per response in memory (with pipelining, all of its
+                    # responses at once).
                     for start in range(0, chunk.size, REGION_CHUNK):
                         await self._send(chunk.read(start, min(REGION_CHUNK,
                                                                chunk.size - start)))
@@ -366,7 +366,8 @@ class ResponseWriter:
 
 
 _HAVE_SENDFILE = hasattr(os, "sendfile")
-#: Bytes of a file region read at a time where it cannot be sent with ``sendfile`` (TLS).
+#: Bytes of a file region read at a time where it is not sent with ``sendfile`` (TLS, or
+#: ``socket.sendfile.enable=false``).
 REGION_CHUNK = 256 * 1024
 
 

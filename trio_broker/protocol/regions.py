@@ -6,7 +6,8 @@ memory. Here a handler may put a :class:`FileRegion` where a ``records`` field w
 encoder (:mod:`~trio_broker.protocol.encoder`) then leaves a gap for it, and the framed
 response is a :class:`FramedParts`: bytes and regions in wire order. The connection writer sends
 the regions with ``os.sendfile`` where its transport is a plain socket, and otherwise reads
-them (:meth:`FramedParts.materialize`): the bytes on the wire are identical either way.
+them a chunk at a time (:meth:`FileRegion.read`): the bytes on the wire are identical either
+way.
 
 This module only describes regions; storage (``storage/segment.py``) makes them and owns the
 file descriptors.
@@ -64,10 +65,6 @@ class FramedParts:
 
     def regions(self) -> Iterator[FileRegion]:
         return (part for part in self.parts if isinstance(part, FileRegion))
-
-    def materialize(self) -> bytes:
-        """The response as one bytes object (reads every region; does not release them)."""
-        return b"".join(part if isinstance(part, bytes) else part.read() for part in self.parts)
 
     def release(self) -> None:
         for region in self.regions():
