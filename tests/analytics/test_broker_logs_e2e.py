@@ -72,11 +72,16 @@ def _drive_with_clients(bootstrap: str) -> None:
     assert received == RECORDS
 
 
-def _refuse_connections(process: Any, port: int) -> None:
-    """Hold PER_IP_LIMIT connections, then open EXTRA_SOCKETS more: each is refused."""
+def _wait_all_closed(process: Any) -> None:
+    """Until the broker has closed every connection it accepted (the per-IP count is free)."""
     _wait_for(lambda: _count(process, "connection_closed") >= _count(process,
                                                                      "connection_accepted"),
               "the clients' connections to close")
+
+
+def _refuse_connections(process: Any, port: int) -> None:
+    """Hold PER_IP_LIMIT connections, then open EXTRA_SOCKETS more: each is refused."""
+    _wait_all_closed(process)
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(PER_IP_LIMIT)]
     try:
         _wait_for(lambda: _count(process, "connection_accepted")
@@ -111,6 +116,9 @@ def _raw_count(raw: list[dict[str, Any]], event: str) -> int:
 
 def _send_invalid_frame(process: Any, port: int) -> None:
     """A frame with a negative size: the broker logs invalid_request and closes the socket."""
+    # The held connections of _refuse_connections may not be closed on the broker's side yet:
+    # this one would then be refused by the per-IP limit (reset, never read).
+    _wait_all_closed(process)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.settimeout(10)
         sock.sendall(b"\xff\xff\xff\xfe")
