@@ -18,7 +18,14 @@ import pytest
 
 from tests.analytics.analytics_logs import BASE_TIME, MALFORMED_LINES, count_by, read_raw
 from trio_broker.analytics.cli import main
-from trio_broker.analytics.jobs import QUESTIONS, STAGES, AnalysisResult, run_analysis
+from trio_broker.analytics.jobs import (
+    QUESTIONS,
+    STAGES,
+    AnalysisResult,
+    collect_and_write,
+    collect_rows,
+    run_analysis,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -337,7 +344,8 @@ def test_outputs_parquet_summary_and_report(spark: Any, analysis: AnalysisResult
     out = analysis.out
     for question in QUESTIONS:
         table = spark.read.parquet(str(out / f"{question.name}.parquet"))
-        assert table.count() == len(analysis.tables[question.name]), question.name
+        # The file holds what the summary and the report were made from, types included.
+        assert collect_rows(table) == analysis.tables[question.name], question.name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests_by_api"] == analysis.summary["requests_by_api"]
     assert summary["rejected_connections"] == analysis.summary["rejected_connections"]
@@ -493,6 +501,20 @@ def test_authentication_failures_by_principal_and_ip(analysis: AnalysisResult,
         expected[("User:mallory", "10.0.0.66")]
     page = (analysis.out / "report.html").read_text()
     assert "Authentication failures by principal and IP" in page
+
+
+def test_tables_overwrite_an_earlier_run(spark: Any, tmp_path: Path) -> None:
+    """A table written again into the same ``--out`` holds only the new rows."""
+    from pyspark.sql import functions as F
+
+    path = tmp_path / "t.parquet"
+    first = spark.range(5).withColumn("at", F.timestamp_seconds(F.col("id")))
+    assert len(collect_and_write(first, path)) == 5
+    second = spark.range(2).withColumn("at", F.timestamp_seconds(F.col("id")))
+    rows = collect_and_write(second, path)
+    assert rows == [{"id": 0, "at": "1970-01-01T00:00:00.000000Z"},
+                    {"id": 1, "at": "1970-01-01T00:00:01.000000Z"}]
+    assert collect_rows(spark.read.parquet(str(path)).orderBy("id")) == rows
 
 
 def test_headline_percentiles_equal_percentile_disc(spark: Any) -> None:

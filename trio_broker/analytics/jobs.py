@@ -54,6 +54,7 @@ from .tables import (
     analysed_columns,
     authentication_failures,
     closed_connections,
+    collect_and_write,
     collect_rows,
     connection_churn_by_minute,
     dominant_stage_column,
@@ -88,7 +89,7 @@ __all__ = [
     "PART", "PERCENTILES", "PROBLEM", "QUESTIONS", "REBALANCE_WAIT_APIS", "REQUIRED_FIELDS",
     "ROW", "SMALL_INPUT_BYTES", "STAGES", "TEXT", "WRONG_TYPE", "AnalysisResult", "LineAccounts",
     "Question", "account_lines", "analysed_columns", "authentication_failures",
-    "build_summary", "closed_connections", "collect_rows", "connection_churn_by_minute",
+    "build_summary", "closed_connections", "collect_and_write", "collect_rows", "connection_churn_by_minute",
     "dominant_stage_column", "errors_by_code", "expected_wait_column", "get_spark", "headline_percentiles", "request_grain",
     "group_rebalances", "invalid_frames", "iso_utc", "latency_by_api", "latency_by_client",
     "latency_by_client_api", "metrics_timeline", "mutes_by_reason", "problem_column",
@@ -178,19 +179,12 @@ def _answer_all(pool: Executor, inputs: Inputs, out: Path, slowest: int,
     """Every question's table, written as ``out/NAME.parquet`` and collected (in QUESTIONS
     order). ``pool``'s threads submit jobs at once, so one job's driver-side work (planning,
     the write's commit, the collect) and its last tasks overlap another's tasks."""
-    from pyspark import StorageLevel
 
     builders = _builders(slowest)
 
     def answer(question: Question) -> list[dict[str, Any]]:
-        # The table is small: cached while it is written (one file) and collected, so the
-        # aggregate is computed once.
-        table = builders[question.name](inputs).coalesce(1).persist(StorageLevel.MEMORY_ONLY)
-        try:
-            table.write.mode("overwrite").parquet(str(out / f"{question.name}.parquet"))
-            rows = collect_rows(table)
-        finally:
-            table.unpersist()
+        rows = collect_and_write(builders[question.name](inputs),
+                                 out / f"{question.name}.parquet")
         stage(f"{question.name}: {len(rows)} row(s)")
         return rows
 
