@@ -524,7 +524,7 @@ def test_headline_percentiles_equal_percentile_disc(spark: Any) -> None:
 
     from pyspark.sql import functions as F
 
-    from trio_broker.analytics.tables import PERCENTILES, headline_percentiles
+    from trio_broker.analytics.request_tables import PERCENTILES, headline_percentiles
 
     rng = random.Random(7)
     rows: list[tuple[str, str, float | None]] = []
@@ -552,7 +552,7 @@ def test_slowest_requests_pruned_by_the_grain_bound(spark: Any) -> None:
     (too few for a bound: no pruning)."""
     import random
 
-    from trio_broker.analytics.tables import (
+    from trio_broker.analytics.request_tables import (
         request_grain,
         service_bound,
         slowest_requests,

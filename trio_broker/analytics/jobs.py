@@ -38,46 +38,47 @@ from .reading import (
     valid_events,
     wrong_field_column,
 )
-from .session import SMALL_INPUT_BYTES, get_spark
-from .summary import build_summary
-from .tables import (
+from .request_tables import (
     CONNECTIONS_RSD,
     DEFAULT_FETCH_MAX_WAIT_MS,
     HEADLINE_METHOD,
     KLL_K,
     KLL_RANK_ERROR,
     PERCENTILES,
-    QUESTIONS,
     REBALANCE_WAIT_APIS,
     STAGES,
+    dominant_stage_column,
+    errors_by_code,
+    expected_wait_column,
+    headline_percentiles,
+    latency_by_api,
+    latency_by_client,
+    latency_by_client_api,
+    request_grain,
+    request_queue_by_minute,
+    service_bound,
+    slowest_requests,
+    top_clients,
+    with_service_time,
+)
+from .rows import collect_and_write, collect_rows
+from .session import SMALL_INPUT_BYTES, get_spark
+from .summary import build_summary
+from .tables import (
+    QUESTIONS,
     Question,
     analysed_columns,
     authentication_failures,
     closed_connections,
-    collect_and_write,
-    collect_rows,
     connection_churn_by_minute,
-    dominant_stage_column,
-    errors_by_code,
-    expected_wait_column,
     group_rebalances,
-    headline_percentiles,
     invalid_frames,
-    latency_by_api,
-    latency_by_client,
-    latency_by_client_api,
     metrics_timeline,
     mutes_by_reason,
     rejected_connections,
-    request_grain,
-    request_queue_by_minute,
     saturation_by_minute,
-    service_bound,
-    slowest_requests,
     throttled_clients,
-    top_clients,
     transactions,
-    with_service_time,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

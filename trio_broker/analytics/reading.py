@@ -137,6 +137,20 @@ def valid_events(lines: DataFrame, since: datetime | None = None,
     return events
 
 
+def of_event(events: DataFrame, name: str) -> DataFrame:
+    """The lines of one event."""
+    from pyspark.sql import functions as F
+
+    return events.where(F.col("event") == name)
+
+
+def by_minute(column: str = "ts") -> Column:
+    """``column`` truncated to its minute, named ``minute`` (the per-minute tables' key)."""
+    from pyspark.sql import functions as F
+
+    return F.date_trunc("minute", F.col(column)).alias("minute")
+
+
 def _timestamp_literal(moment: datetime) -> Column:
     # Handed to the JVM as text with its offset: a Python datetime literal would go through the
     # driver's local time zone on its way to Spark.

@@ -9,13 +9,9 @@ from typing import Any
 from trio_broker.observability.events import SCHEMA_VERSION
 
 from .reading import BLANK, PROBLEM, LineAccounts, _key
-from .tables import (
-    HEADLINE_METHOD,
-    KLL_K,
-    KLL_RANK_ERROR,
-    QUESTIONS,
-    _jsonable,
-)
+from .request_tables import HEADLINE_METHOD, KLL_K, KLL_RANK_ERROR
+from .rows import jsonable
+from .tables import QUESTIONS
 
 
 def _latency(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,16 +83,16 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
                    key=lambda r: -(r.get("p99_service_ms") or 0.0))[:5]
     return {
         "schema_version": SCHEMA_VERSION,
-        "generated_at": _jsonable(datetime.now(UTC)),
+        "generated_at": jsonable(datetime.now(UTC)),
         "inputs": list(files),
-        "since": _jsonable(since),
-        "until": _jsonable(until),
+        "since": jsonable(since),
+        "until": jsonable(until),
         "lines": lines_total,
         "usable_lines": lines_total - sum(e["count"] for e in unusable.values()),
         "unusable_lines": sum(e["count"] for e in unusable.values()),
         "unusable": dict(sorted(unusable.items())),
         "warnings": warnings,
-        "time_range": {"first": _jsonable(first), "last": _jsonable(last)},
+        "time_range": {"first": jsonable(first), "last": jsonable(last)},
         "events_by_name": dict(sorted(events_by_name.items())),
         "unknown_events": dict(sorted(unknown.items())),
         "percentiles": {
