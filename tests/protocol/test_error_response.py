@@ -101,6 +101,11 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
     61: [(0, 99, ("topics", "topics", [("name", "name")])),
          (0, 99, ("topics.partition_indexes", "topics.partitions", [("=", "partition_index")]))],
     75: [(0, 99, ("topics", "topics", [("name", "name")]))],
+    # WriteTxnMarkersRequest.getErrorResponse: every marker, topic and partition echoed.
+    27: [(1, 99, ("markers", "markers", [("producer_id", "producer_id")])),
+         (1, 99, ("markers.topics", "markers.topics", [("name", "name")])),
+         (1, 99, ("markers.topics.partition_indexes", "markers.topics.partitions",
+                  [("=", "partition_index")]))],
 }
 #: Response arrays Kafka leaves empty even though the request has entries to echo.
 EMPTY: dict[int, list[tuple[int, int, str]]] = {
@@ -198,7 +203,7 @@ def test_error_response_of_every_api_and_version(api_key: int, version: int) -> 
 def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
     """A new API must get its Kafka expectations written here, not just pass silently."""
     with_arrays = {0, 1, 2, 3, 8, 9, 10, 11, 13, 15, 19, 20, 21, 23, 32, 35, 43, 45, 46, 61, 33, 37, 42, 44, 47, 49,
-                   75, 30, 31, 24, 28, 65, 66, 69,
+                   75, 30, 31, 24, 28, 65, 66, 69, 27,
                    50, 51}  # 50, 51: test_scram_credentials_error_responses
     # 68: ConsumerGroupHeartbeat answers one member, nothing to echo
     no_arrays = {12, 14, 16, 17, 18, 22, 25, 26, 29, 36, 48, 60, 68}  # nothing to echo (48: null)

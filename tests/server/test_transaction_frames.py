@@ -355,3 +355,56 @@ async def test_transactional_produce_with_a_future_epoch_is_fenced(broker: Any) 
         assert [b[2] for b in offsets_of((await fetch(client, "t", 1)).records)] == [False, True]
     finally:
         await client.aclose()
+
+
+WRITE_TXN_MARKERS = 27
+
+
+async def write_markers(client: WireClient, pid: int, epoch: int, commit: bool,
+                        parts: dict[str, list[int]], version: int = 1) -> dict[Any, Any]:
+    m = mod(WRITE_TXN_MARKERS, version)
+    answer = await client.request(WRITE_TXN_MARKERS, version, m.WriteTxnMarkersRequest(
+        markers=(m.WritableTxnMarker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=commit,
+            coordinator_epoch=0, topics=tuple(
+                m.WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ps))
+                for t, ps in parts.items())),)))
+    [marker] = answer.markers
+    assert int(marker.producer_id) == pid
+    return {(t.name, int(p.partition_index)): p.error_code
+            for t in marker.topics for p in t.partitions}
+
+
+async def test_write_txn_markers_ends_an_open_transaction(broker: Any) -> None:
+    """The operator's abort (KIP-664): the marker closes the open transaction, the LSO moves
+    to the high watermark and read_committed sees it as aborted; unknown partitions and a
+    stale epoch are refused as Kafka refuses them."""
+    broker.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(broker.port)
+    try:
+        init = await init_pid(client, "hang")
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        assert await add_partitions(client, "hang", pid, epoch, {"t": [0]}) == {("t", 0): E.none}
+        await produce(client, "hang", "t", 0, txn_batch(pid, epoch, 0, b"a", b"b"))
+        before = await fetch(client, "t", 1)
+        assert (before.high_watermark, before.last_stable_offset) == (2, 0)
+
+        assert await write_markers(client, pid, epoch + 1, False,
+                                   {"t": [0, 7], "nope": [0]}) == {
+            ("t", 0): E.none, ("t", 7): E.unknown_topic_or_partition,
+            ("nope", 0): E.unknown_topic_or_partition}
+        after = await fetch(client, "t", 1)
+        assert (after.high_watermark, after.last_stable_offset) == (3, 3)
+        assert offsets_of(after.records) == [(0, 1, False), (2, 2, True)]
+        assert [(int(a.producer_id), int(a.first_offset))
+                for a in after.aborted_transactions] == [(pid, 0)]
+        # The partition's epoch moved on with the marker: the older one is stale (KIP-588).
+        assert await write_markers(client, pid, epoch, True, {"t": [0]}, version=2) == {
+            ("t", 0): E.invalid_producer_epoch}
+        m = mod(DESCRIBE_PRODUCERS, 0)
+        producers = await client.request(DESCRIBE_PRODUCERS, 0, m.DescribeProducersRequest(
+            topics=(m.TopicRequest(name="t", partition_indexes=(0,)),)))
+        [active] = producers.topics[0].partitions[0].active_producers
+        assert int(active.current_txn_start_offset) == -1
+    finally:
+        await client.aclose()

@@ -48,6 +48,7 @@ PRODUCE = 0
 _IDENTITY = frozenset({
     "name", "topic", "topic_id", "partition", "partition_index", "index", "group_id", "key",
     "resource_type", "resource_name", "entity_type", "entity_name",
+    "producer_id",  # WriteTxnMarkers markers
 })
 #: Response field → the request field that feeds it when the names differ.
 _ALIASES = {"partition_index": ("partition_index", "partition")}
