@@ -112,6 +112,9 @@ _TOOL_MODULES = {
         ".tools.cluster",
         "describe the cluster: brokers, listeners, API versions (trio_broker cluster "
         "describe)"),
+    "transactions": _Tool(
+        ".tools.transactions",
+        "list, describe, find hanging and abort transactions (kafka-transactions.sh)"),
     "users": _Tool(
         ".tools.configs:users_main",
         "add, delete, describe SCRAM credentials and quotas of users over the wire "
