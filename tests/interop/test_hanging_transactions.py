@@ -87,7 +87,15 @@ def test_find_hanging_and_abort_a_lost_transaction(broker_process: Any) -> None:
             hanging["producer_epoch"], hanging["current_transaction_start_offset"]) == (
         "t", 0, pid, epoch, 0)
     code, out = cli(broker, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "0")
-    assert code == 0 and out.splitlines()[0].split()[:3] == ["Topic", "Partition", "ProducerId"]
+    header, row = out.splitlines()
+    assert code == 0 and header.split("\t")[:3] == ["Topic", "Partition", "ProducerId"], out
+    assert row.split()[:3] == ["t", "0", str(pid)], out
+    code, out = cli(broker, "find-hanging", "--topic", "t")  # 15 minutes not over yet
+    assert (code, out.split()) == (0, ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                                       "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                                       "Duration(min)"])
+    code, out = cli(broker, "find-hanging")
+    assert code == 2 and "requires either --topic or --broker-id" in out, out
 
     code, out = cli(broker, "abort", "--topic", "t", "--partition", "0", "--start-offset", "0")
     assert code == 0, out
@@ -96,6 +104,7 @@ def test_find_hanging_and_abort_a_lost_transaction(broker_process: Any) -> None:
     assert (code, json.loads(out)) == (0, [])
     code, out = cli(broker, "describe-producers", "--topic", "t", "--partition", "0")
     assert code == 0 and out.splitlines()[0].split()[0] == "ProducerId", out
+    assert out.splitlines()[1].split()[-1] == "None", out  # no open transaction any more
     assert committed_values(broker.bootstrap, 10)[:1] == [b"after"]
     # Aborting again finds no open transaction at that offset.
     code, out = cli(broker, "abort", "--topic", "t", "--partition", "0", "--start-offset", "0")

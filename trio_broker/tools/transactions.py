@@ -40,11 +40,11 @@ EXAMPLES = """\
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """ToolsUtils.prettyPrintTable: left-aligned columns as wide as their widest cell."""
+    """TransactionsCommand.prettyPrintTable: each cell padded to its column's widest, then a
+    tab (after the last column too)."""
     cells = [list(headers)] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return [" ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in cells]
+    return ["".join(c.ljust(w) + "\t" for c, w in zip(r, widths, strict=True)) for r in cells]
 
 
 def list_transactions(conn: AdminConnection, producer_ids: Sequence[int] = ()) -> list[Any]:
@@ -78,34 +78,38 @@ def producer_row(p: Any) -> dict[str, int]:
 
 
 def partitions_of(conn: AdminConnection, ns: argparse.Namespace) -> list[tuple[str, int]]:
-    """The partitions to search: the broker's (it leads them) or the topic's."""
-    meta = metadata(conn, [ns.topic] if ns.topic else [])
+    """The partitions to search: the topic's (or every topic's), those with a replica on
+    ``--broker-id`` when given."""
+    meta = metadata(conn, [ns.topic] if ns.topic else None)
     found = []
     for t in meta.topics:
-        if t.name is None or (ns.topic and t.name != ns.topic):
+        # Admin.listTopics leaves the internal topics out.
+        if t.name is None or (ns.topic and t.name != ns.topic) or (
+                not ns.topic and t.is_internal):
             continue
         check(t.error_code, None, f"topic {t.name}")
         for p in t.partitions:
             index = int(p.partition_index)
             if ns.partition is not None and index != ns.partition:
                 continue
-            if ns.broker_id is not None and int(p.leader_id) != ns.broker_id:
+            if ns.broker_id is not None and ns.broker_id not in {int(r) for r in p.replica_nodes}:
                 continue
             found.append((t.name, index))
     return sorted(found)
 
 
 def find_hanging(conn: AdminConnection, ns: argparse.Namespace) -> list[dict[str, Any]]:
-    """TransactionsCommand.FindHangingTransactionsCommand: open transactions older than the
-    maximum transaction timeout that their coordinator does not hold open on that partition
-    (unknown producer id, or a transaction not ongoing / without the partition)."""
+    """TransactionsCommand.FindHangingTransactionsCommand: open transactions whose producer was
+    last seen longer ago than the maximum transaction timeout and whose coordinator does not
+    list that partition in the transaction (unknown producer id or transactional id, or the
+    partition not among DescribeTransactions' partitions)."""
     now = int(time.time() * 1000)
     candidates: list[dict[str, Any]] = []
     for topic, partition in partitions_of(conn, ns):
         for p in producers_of(conn, topic, partition):
             row = producer_row(p)
             start = row["current_transaction_start_offset"]
-            if start < 0 or now - row["last_timestamp"] < ns.max_transaction_timeout * 60_000:
+            if start < 0 or now - row["last_timestamp"] <= ns.max_transaction_timeout * 60_000:
                 continue
             candidates.append({"topic": topic, "partition": partition, **row})
     hanging = []
@@ -115,9 +119,7 @@ def find_hanging(conn: AdminConnection, ns: argparse.Namespace) -> list[dict[str
         for listed in known:
             state = describe_transaction(conn, listed.transactional_id)
             parts = {(t.topic, int(i)) for t in state.topics for i in t.partitions}
-            if (state.transaction_state in ("Ongoing", "PrepareCommit", "PrepareAbort")
-                    and int(state.producer_id) == c["producer_id"]
-                    and (c["topic"], c["partition"]) in parts):
+            if (c["topic"], c["partition"]) in parts:
                 open_here = True
         if not open_here:
             c["duration_min"] = (now - c["last_timestamp"]) // 60_000
@@ -173,9 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--producer-epoch", type=int)
     ab.add_argument("--coordinator-epoch", type=int)
     hang = sub.add_parser("find-hanging", help="open transactions the coordinator lost")
-    where = hang.add_mutually_exclusive_group(required=True)
-    where.add_argument("--broker-id", type=int)
-    where.add_argument("--topic")
+    hang.add_argument("--broker-id", type=int)
+    hang.add_argument("--topic")
     hang.add_argument("--partition", type=int)
     hang.add_argument("--max-transaction-timeout", type=int,
                       default=DEFAULT_MAX_TIMEOUT_MS // 60_000,
@@ -209,10 +210,12 @@ def execute(ns: argparse.Namespace, out: TextIO) -> None:
                      "duration_ms": now - start if start >= 0 else None,
                      "partitions": [f"{t.topic}-{int(i)}" for t in s.topics
                                     for i in t.partitions]}
-            lines = table(("TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+            node = int(metadata(conn, []).controller_id)
+            lines = table(("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                           "TransactionState",
                            "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
                            "TransactionDurationMs", "TopicPartitions"),
-                          [(value["transactional_id"], value["producer_id"],
+                          [(node, value["transactional_id"], value["producer_id"],
                             value["producer_epoch"], value["state"], value["timeout_ms"],
                             start if start >= 0 else "None",
                             value["duration_ms"] if start >= 0 else "None",
@@ -221,10 +224,16 @@ def execute(ns: argparse.Namespace, out: TextIO) -> None:
             value = [producer_row(p) for p in producers_of(conn, ns.topic, ns.partition)]
             lines = table(("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
                            "LastSequence", "LastTimestamp", "CurrentTransactionStartOffset"),
-                          [tuple(r.values()) for r in value])
+                          [(*list(r.values())[:5],
+                            r["current_transaction_start_offset"]
+                            if r["current_transaction_start_offset"] >= 0 else "None")
+                           for r in value])
         elif ns.action == "find-hanging":
+            if ns.topic is None and ns.broker_id is None:
+                raise UsageError("The `find-hanging` command requires either --topic or "
+                                 "--broker-id to limit the scope of the search")
             if ns.partition is not None and ns.topic is None:
-                raise UsageError("--partition needs --topic")
+                raise UsageError("The --partition argument requires --topic to be provided")
             value = find_hanging(conn, ns)
             lines = table(("Topic", "Partition", "ProducerId", "ProducerEpoch",
                            "CoordinatorEpoch", "StartOffset", "LastTimestamp",
