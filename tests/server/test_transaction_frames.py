@@ -408,3 +408,24 @@ async def test_write_txn_markers_ends_an_open_transaction(broker: Any) -> None:
         assert int(active.current_txn_start_offset) == -1
     finally:
         await client.aclose()
+
+
+async def test_write_txn_markers_needs_cluster_action(start_broker: Any) -> None:
+    """KafkaApis.handleWriteTxnMarkersRequest: without CLUSTER_ACTION on the cluster every
+    partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is written."""
+    from tests.server.test_acls import ON, R, binding
+    from trio_broker.server.acl import AclOperation
+
+    running = await start_broker(ON)
+    running.broker.log_manager.create_topic("t", 1)
+    client = await WireClient.connect(running.port)
+    try:
+        assert await write_markers(client, 5, 0, False, {"t": [0], "nope": [1]}) == {
+            ("t", 0): E.cluster_authorization_failed,
+            ("nope", 1): E.cluster_authorization_failed}
+        assert running.broker.log_manager.get_partition("t", 0).log_end_offset == 0
+        running.broker.authorizer.add([binding("kafka-cluster", AclOperation.CLUSTER_ACTION,
+                                               rt=R.CLUSTER)], "test")
+        assert await write_markers(client, 5, 0, False, {"t": [0]}) == {("t", 0): E.none}
+    finally:
+        await client.aclose()
