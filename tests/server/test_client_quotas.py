@@ -20,6 +20,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64, i8
 
+from tests.clock import real_time_for_threads
 from tests.kafka_wire import WireClient
 from tests.server.test_produce_fetch import batch, fetch_body, produce_body
 from trio_broker.protocol.codec import decode_response, request_schema
@@ -50,14 +51,16 @@ def kafka_throttle(value: float, quota: float, window_ms: int = WINDOW_MS) -> in
 async def alter(port: int, entity: dict[str, str | None], ops: dict[str, float | None], *,
                 validate_only: bool = False) -> list[tuple[Any, str | None]]:
     m = mod(ALTER_QUOTAS, 1)
-    client = await WireClient.connect(port, client_id="admin")
-    body = await client.request(ALTER_QUOTAS, 1, m.AlterClientQuotasRequest(
-        entries=(m.EntryData(
-            entity=tuple(m.EntityData(entity_type=k, entity_name=v) for k, v in entity.items()),
-            ops=tuple(m.OpData(key=k, value=f64(float(v or 0.0)), remove=v is None)
-                      for k, v in ops.items())),),
-        validate_only=validate_only))
-    await client.aclose()
+    with real_time_for_threads():
+        client = await WireClient.connect(port, client_id="admin")
+        body = await client.request(ALTER_QUOTAS, 1, m.AlterClientQuotasRequest(
+            entries=(m.EntryData(
+                entity=tuple(m.EntityData(entity_type=k, entity_name=v)
+                             for k, v in entity.items()),
+                ops=tuple(m.OpData(key=k, value=f64(float(v or 0.0)), remove=v is None)
+                          for k, v in ops.items())),),
+            validate_only=validate_only))
+        await client.aclose()
     return [(e.error_code, e.error_message) for e in body.entries]
 
 
@@ -605,3 +608,46 @@ async def test_the_file_has_one_line_per_entity_rewritten_only_where_it_changed(
         assert await alter(again.port, {"client-id": name},
                            {"producer_byte_rate": None, "request_percentage": None}) == OK
     assert json.loads((data / "client-quotas.json").read_text()) == []
+
+
+async def test_the_quota_file_is_written_off_the_event_loop(
+        start_broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync can take seconds on a busy disk: while AlterClientQuotas's write is in its
+    fsync, another connection's request is answered, and the alteration is acknowledged only
+    after the write. The fsync here waits for the test to release it (for at most 10 s): on the
+    event loop it would wait out the 10 s, with the other connection unanswered."""
+    import threading
+
+    from trio_broker.storage import durable
+
+    running = await start_broker()
+    entered, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+    real_fsync = durable.os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if not entered.is_set():
+            entered.set()
+            released.append(release.wait(10))
+        real_fsync(fd)
+
+    monkeypatch.setattr(durable.os, "fsync", slow_fsync)
+    other = await WireClient.connect(running.port, client_id="other")
+    done: list[Any] = []
+
+    async def alter_in_background() -> None:
+        done.append(await alter(running.port, {"client-id": "c"}, {"producer_byte_rate": 10}))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(alter_in_background)
+            while not entered.is_set():
+                await trio.sleep(0.01)
+            await other.request(API_VERSIONS, 3, API_VERSIONS_V3)
+            assert done == []  # not acknowledged while its write is unfinished
+            release.set()
+    await other.aclose()
+    assert released == [True]
+    assert done == [OK]
+    assert entries(await describe(running.port)) == {
+        (("client-id", "c"),): {"producer_byte_rate": 10.0}}

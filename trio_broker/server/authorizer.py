@@ -19,11 +19,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-import trio
-
 from ..config import BrokerConfig
 from ..observability.log import emit
-from ..storage.durable import write_durably
+from ..storage.durable import DurableFile
 from .acl import (
     AclBinding,
     AclIndex,
@@ -47,10 +45,10 @@ class Authorizer:
 
     def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
         self.path = data_dir / ACLS_FILE
+        self._file = DurableFile(self.path)
         self.index = AclIndex(super_users=parse_super_users(config.super_users),
                               allow_if_no_acl=config.allow_everyone_if_no_acl_found)
         self._log_allowed = config.logging_level == "DEBUG"
-        self._write_lock = trio.Lock()
 
     @classmethod
     def from_config(cls, data_dir: Path, config: BrokerConfig) -> Authorizer | None:
@@ -100,14 +98,9 @@ class Authorizer:
         acls = [acl.to_json() for acl in sorted(self.index, key=sort_key)]
         return json.dumps({"version": 1, "acls": acls}, indent=1) + "\n"
 
-    def _write(self, text: str) -> None:
-        write_durably(self.path, text)
-
     async def save(self) -> None:
-        """Write the current ACLs durably (in a worker thread; one writer at a time, and each
-        writer takes the state as it is when its turn comes, so the last write is the newest)."""
-        async with self._write_lock:
-            await trio.to_thread.run_sync(self._write, self._snapshot())
+        """Write the current ACLs durably, off the event loop (:class:`DurableFile`)."""
+        await self._file.save(self._snapshot)
 
     def add(self, acls: Iterable[AclBinding], principal: str) -> None:
         added = [acl for acl in acls if self.index.add(acl)]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
+
+import trio
 
 
 def write_durably(path: Path, text: str, *, mode: int = 0o644) -> None:
@@ -23,3 +27,24 @@ def write_durably(path: Path, text: str, *, mode: int = 0o644) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+class DurableFile:
+    """A small file rewritten whole on each change, in a worker thread: an fsync can take
+    seconds on a busy disk, and on the event loop it would hold every connection (Kafka writes
+    its metadata off the network threads too).
+
+    One write at a time; each takes its text from ``snapshot`` when its turn comes, so the last
+    write to finish holds the newest state and no older snapshot overwrites a newer one.
+    """
+
+    def __init__(self, path: Path, *, mode: int = 0o644) -> None:
+        self.path = path
+        self._mode = mode
+        self._lock = trio.Lock()
+
+    async def save(self, snapshot: Callable[[], str]) -> None:
+        """Write ``snapshot()`` durably (:func:`write_durably`), off the event loop."""
+        async with self._lock:
+            write = functools.partial(write_durably, self.path, snapshot(), mode=self._mode)
+            await trio.to_thread.run_sync(write)

@@ -75,7 +75,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, body: Any) -> Any:
         results = [(tuple(a.entity), QuotaProblem("invalid_request", _UNAVAILABLE))
                    for a in alterations]
     else:
-        results = quotas.alter(alterations, validate_only=bool(body.validate_only))
+        results = await quotas.alter(alterations, validate_only=bool(body.validate_only))
     entries = tuple(
         build(module.EntryData,
               error_code=ErrorCode.none if problem is None else ErrorCode[problem.error],
