@@ -192,8 +192,10 @@ def test_every_reason_once(spark: Any, tmp_path: Path) -> None:
     # A wrong type in a field no table reads (processor) leaves the line usable: analyze
     # type-checks only the fields it uses (docs/decisions.md).
     unused_wrong = json.dumps({**good, "processor": "two"})
-    logs.write_text("\n".join([json.dumps(good), *lines.values(), "   ", json.dumps(good),
-                               unused_wrong]) + "\n", encoding="utf-8")
+    # Spaces or a tab before an event's object leave it usable; a line of them is blank.
+    indented = "  \t" + json.dumps(good)
+    logs.write_text("\n".join([json.dumps(good), *lines.values(), "   ", " \t ", json.dumps(good),
+                               unused_wrong, indented]) + "\n", encoding="utf-8")
     other = tmp_path / "nginx.jsonl"
     other.write_text(json.dumps({"msg": "GET / 200"}) + "\n", encoding="utf-8")
     result = run_analysis(spark, [str(logs), str(other)], tmp_path / "out")
@@ -203,7 +205,7 @@ def test_every_reason_once(spark: Any, tmp_path: Path) -> None:
     for number, reason in enumerate(lines, start=2):
         assert summary["unusable"][reason]["samples"][0].startswith(f"{logs}:{number}: "), reason
     assert summary["unusable"]["not a broker event"]["samples"][1].startswith(f"{other}:1: ")
-    assert summary["requests_by_api"] == {"Produce": 3}
+    assert summary["requests_by_api"] == {"Produce": 4}
     assert summary["warnings"] == [f"{other}: no broker events in this file"]
     assert BLANK not in summary["unusable"]
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")

@@ -33,6 +33,8 @@ _SAMPLE_CHARS = 160
 #: The text kept of an unusable line (enough to name the field of the wrong type).
 _KEPT_CHARS = 8192
 WRONG_TYPE = "wrong type"
+#: JSON's whitespace within a line (Spark's trim functions take only spaces by default).
+_JSON_SPACE = " \t\r"
 
 
 def read_logs(spark: SparkSession, files: Sequence[str],
@@ -90,13 +92,17 @@ def problem_column(fields: Sequence[str]) -> Column:
     # Every expensive test sits in one branch only, evaluated for the rare bad lines: an
     # expression used in two branches would be computed for every line (common
     # subexpression elimination hoists it).
-    rare = (F.when(F.trim(value) == "", F.lit(BLANK))
+    space = F.lit(_JSON_SPACE)
+    rare = (F.when(F.trim(value, space) == "", F.lit(BLANK))
             .when(F.get_json_object(value, "$").isNull(), F.lit("not JSON"))
-            .when(~F.ltrim(value).startswith("{"), F.lit("not an object"))
+            .when(~F.ltrim(value, space).startswith("{"), F.lit("not an object"))
             .when(event.isNull(), F.lit("not a broker event"))
             .when(~known, F.lit("unknown event"))
             .otherwise(F.lit(WRONG_TYPE)))
-    expression = (F.when(corrupt | (F.substring(value, 1, 1) != "{"), rare)
+    # The first character is a cheap test; only a line not starting with "{" pays for the
+    # ltrim (a valid object after spaces or a tab is a usable line, not a rare one).
+    not_object_start = (F.substring(value, 1, 1) != "{") & ~F.ltrim(value, space).startswith("{")
+    expression = (F.when(corrupt | not_object_start, rare)
                   .when(event.isNull(), F.lit("not a broker event"))
                   .when(~known, F.lit("unknown event"))
                   .when(F.col("timestamp").isNull(), F.lit("missing field timestamp"))
