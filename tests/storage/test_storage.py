@@ -788,3 +788,48 @@ def test_a_lone_plain_batch_is_stored_as_the_general_path_stores_it(tmp_path: Pa
     assert list(fast.time_index.timestamps) == list(general.time_index.timestamps)
     assert list(fast.time_index.offsets) == list(general.time_index.offsets)
     assert fast.pread(fast.size, 0) == general.pread(general.size, 0)
+
+
+def test_topics_file_follows_every_change_and_survives_a_crash(tmp_path: Path) -> None:
+    """Each topic's entry of ``topics.json`` is encoded when that topic changes: after creates,
+    a config change, more partitions, a delete and a re-create under the same name, the file
+    holds exactly the live topics with their ids, partitions and configs, and a broker
+    restarted after a crash finds them as they were."""
+    import json
+
+    lm = make(tmp_path)
+    for name in ("a", "b", "c"):
+        lm.create_topic(name, 1)
+    lm.alter_topic_config("b", {"retention.ms": "60000"}, incremental=True)
+    lm.create_partitions("a", 3)
+    first_c = lm.topics["c"].topic_id
+    lm.delete_topic("c")
+    lm.create_topic("c", 2, {"cleanup.policy": "compact"})
+    assert lm.topics["c"].topic_id != first_c
+    expected = {name: (str(info.topic_id), info.num_partitions, dict(info.configs))
+                for name, info in lm.topics.items()}
+    assert expected["a"][1:] == (3, {}) and expected["b"][2] == {"retention.ms": "60000"}
+    stored = json.loads((tmp_path / "topics.json").read_text(encoding="utf-8"))
+    assert {t["name"]: (t["topic_id"], t["num_partitions"], t["configs"])
+            for t in stored["topics"]} == expected
+    fresh = reopen(lm, after_crash=True)
+    assert {name: (str(info.topic_id), info.num_partitions, dict(info.configs))
+            for name, info in fresh.topics.items()} == expected
+    fresh.close()
+
+
+def test_colliding_names_checked_against_live_topics_only(tmp_path: Path) -> None:
+    """'.' and '_' collide (Kafka's metric names); a deleted topic's name collides no more,
+    and the one created in its place collides again, also after a restart."""
+    lm = make(tmp_path)
+    lm.create_topic("x.y", 1)
+    with pytest.raises(se.InvalidTopic, match="collides with existing topic: x.y"):
+        lm.create_topic("x_y", 1)
+    lm.delete_topic("x.y")
+    lm.create_topic("x_y", 1)
+    with pytest.raises(se.InvalidTopic, match="collides with existing topic: x_y"):
+        lm.create_topic("x.y", 1)
+    fresh = reopen(lm)
+    with pytest.raises(se.InvalidTopic, match="collides with existing topic: x_y"):
+        fresh.create_topic("x.y", 1)
+    fresh.close()

@@ -87,6 +87,11 @@ class LogManager:
         self.config = config
         self.data_dir = config.data_dir
         self._topics: dict[str, TopicInfo] = {}
+        #: Each topic's entry in the topics file, encoded when the topic changes.
+        self._topic_entries: dict[str, str] = {}
+        #: collision_key -> topic name, for CreateTopics' collision check (an entry whose topic
+        #: is gone is stale, and checked on use).
+        self._collision_names: dict[str, str] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self._producer_ids: ProducerIdAllocator | None = None
@@ -122,6 +127,8 @@ class LogManager:
         points = self._read_checkpoint(RECOVERY_CHECKPOINT_FILE)
         starts = self._read_checkpoint(LOG_START_CHECKPOINT_FILE)
         self._topics = self._load_topics()
+        self._collision_names = {collision_key(name): name for name in self._topics}
+        self._encode_topics(*self._topics)
         for info in self._topics.values():
             self._log_configs[info.name] = LogConfig.build(self.config, info.configs)
             for partition in range(info.num_partitions):
@@ -183,12 +190,15 @@ class LogManager:
                 self._open_log(info.name, partition, None)
                 created += 1
             self._topics[info.name] = info
-            self._save_topics()
+            if previous is None:
+                self._collision_names[collision_key(info.name)] = info.name
+            self._save_topics(info.name)
         except OSError as exc:
             if previous is None:
                 self._topics.pop(info.name, None)
             else:
                 self._topics[info.name] = previous
+            self._encode_topics(info.name)
             # Those created, and the partial directory of the one that failed.
             self._discard_logs(info.name, range(
                 partitions.start, partitions.start + min(created + 1, len(partitions))))
@@ -244,7 +254,7 @@ class LogManager:
             topics[topic] = TopicInfo(topic, uuid.uuid4(), count, {}, topic in INTERNAL_TOPICS)
         if topics:
             self._topics = topics
-            self._save_topics()
+            self._save_topics(*topics)
         return topics
 
     def _remove_strays(self) -> None:
@@ -257,12 +267,27 @@ class LogManager:
                 shutil.rmtree(entry, ignore_errors=True)
                 emit("stray_partition_removed", directory=str(entry))
 
-    def _save_topics(self) -> None:
-        payload = {"version": 1, "topics": [
-            {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
-             "configs": dict(t.configs), "internal": t.internal}
-            for t in self._topics.values()]}
-        write_durably(self.data_dir / TOPICS_FILE, json.dumps(payload, indent=1))
+    def _encode_topics(self, *names: str) -> None:
+        """Bring the topics file's entries of ``names`` up to date (a topic gone: removed)."""
+        for name in names:
+            info = self._topics.get(name)
+            if info is None:
+                self._topic_entries.pop(name, None)
+            else:
+                self._topic_entries[name] = json.dumps({
+                    "name": info.name, "topic_id": str(info.topic_id),
+                    "num_partitions": info.num_partitions, "configs": dict(info.configs),
+                    "internal": info.internal})
+
+    def _save_topics(self, *changed: str) -> None:
+        """Write the topics file durably, the entries of the ``changed`` topics encoded anew.
+
+        Only a changed topic's entry is encoded (json's C encoder): encoding every topic
+        with indent= (the pure-Python encoder) on each change held the event loop, every
+        connection, for 250 ms per created topic at 10,000 topics."""
+        self._encode_topics(*changed)
+        write_durably(self.data_dir / TOPICS_FILE, '{"version": 1, "topics": [\n'
+                      + ",\n".join(self._topic_entries.values()) + "\n]}\n")
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         """A Kafka offset checkpoint file (version, count, then ``topic partition offset``)."""
@@ -401,10 +426,9 @@ class LogManager:
         validate_topic_name(name)
         if name in self._topics:
             raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        key = collision_key(name)
-        for other in self._topics:
-            if collision_key(other) == key:
-                raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
+        other = self._collision_names.get(collision_key(name))
+        if other is not None and other in self._topics:
+            raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(
                 "Number of partitions was set to an invalid non-positive value."
@@ -429,7 +453,7 @@ class LogManager:
     def delete_topic(self, name: str) -> None:
         info = self._require(name)
         del self._topics[name]
-        self._save_topics()
+        self._save_topics(name)
         moved_start = False
         for partition in range(info.num_partitions):
             log = self._logs.pop((name, partition), None)
@@ -482,7 +506,7 @@ class LogManager:
             return
         self._topics[name] = attrs.evolve(info, configs=overrides)
         self._log_configs[name] = log_config
-        self._save_topics()
+        self._save_topics(name)
         for partition in range(info.num_partitions):
             log = self._logs.get((name, partition))
             if log is not None:
