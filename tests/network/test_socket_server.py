@@ -16,7 +16,6 @@ import trio.testing
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
 
-from tests.clock import real_time_for_threads
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
 from tests.network.conftest import BlockedHandler
 from trio_broker.network.request_channel import Request
@@ -664,15 +663,14 @@ async def _alter_ip_rate(port: int, ip: str | None, rate: float | None) -> Any:
     from kio.schema.alter_client_quotas.v1 import request as alter
     from kio.static.primitive import f64
 
-    with real_time_for_threads():
-        client = await WireClient.connect(port)
-        body = await client.request(49, 1, alter.AlterClientQuotasRequest(
-            entries=(alter.EntryData(
-                entity=(alter.EntityData(entity_type="ip", entity_name=ip),),
-                ops=(alter.OpData(key="connection_creation_rate", value=f64(rate or 0.0),
-                                  remove=rate is None),)),),
-            validate_only=False))
-        await client.aclose()
+    client = await WireClient.connect(port)
+    body = await client.request(49, 1, alter.AlterClientQuotasRequest(
+        entries=(alter.EntryData(
+            entity=(alter.EntityData(entity_type="ip", entity_name=ip),),
+            ops=(alter.OpData(key="connection_creation_rate", value=f64(rate or 0.0),
+                              remove=rate is None),)),),
+        validate_only=False))
+    await client.aclose()
     return body
 
 

@@ -20,7 +20,6 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64, i8
 
-from tests.clock import real_time_for_threads
 from tests.kafka_wire import WireClient
 from tests.server.test_produce_fetch import batch, fetch_body, produce_body
 from trio_broker.protocol.codec import decode_response, request_schema
@@ -51,16 +50,14 @@ def kafka_throttle(value: float, quota: float, window_ms: int = WINDOW_MS) -> in
 async def alter(port: int, entity: dict[str, str | None], ops: dict[str, float | None], *,
                 validate_only: bool = False) -> list[tuple[Any, str | None]]:
     m = mod(ALTER_QUOTAS, 1)
-    with real_time_for_threads():
-        client = await WireClient.connect(port, client_id="admin")
-        body = await client.request(ALTER_QUOTAS, 1, m.AlterClientQuotasRequest(
-            entries=(m.EntryData(
-                entity=tuple(m.EntityData(entity_type=k, entity_name=v)
-                             for k, v in entity.items()),
-                ops=tuple(m.OpData(key=k, value=f64(float(v or 0.0)), remove=v is None)
-                          for k, v in ops.items())),),
-            validate_only=validate_only))
-        await client.aclose()
+    client = await WireClient.connect(port, client_id="admin")
+    body = await client.request(ALTER_QUOTAS, 1, m.AlterClientQuotasRequest(
+        entries=(m.EntryData(
+            entity=tuple(m.EntityData(entity_type=k, entity_name=v) for k, v in entity.items()),
+            ops=tuple(m.OpData(key=k, value=f64(float(v or 0.0)), remove=v is None)
+                      for k, v in ops.items())),),
+        validate_only=validate_only))
+    await client.aclose()
     return [(e.error_code, e.error_message) for e in body.entries]
 
 
