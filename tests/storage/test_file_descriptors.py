@@ -148,3 +148,27 @@ def test_a_topic_whose_metadata_cannot_be_written_is_not_created(tmp_path: Path)
     assert set(lm.topics) == {"first"}
     lm.create_topic("second", 3)
     lm.close()
+
+
+async def test_a_roll_without_a_descriptor_is_a_storage_error_and_keeps_the_log(
+        tmp_path: Path, log_events: Any) -> None:
+    """A segment roll that cannot open the new segment's files (the process's open-file limit,
+    reached by a partition of thousands of small segments) fails that append with
+    KAFKA_STORAGE_ERROR, as Kafka's roll does, not UNKNOWN_SERVER_ERROR from a bare OSError;
+    the old segment stays active and the next append after descriptors return rolls."""
+    lm = make(tmp_path, log_segment_bytes="200")
+    lm.create_topic("small", 1)
+    await lm.append("small", 0, batch([b"a" * 100]))
+    with descriptors_left(0), pytest.raises(se.KafkaStorageError) as raised:
+        await lm.append("small", 0, batch([b"b" * 100]))
+    assert "Error while rolling log segment for small-0" in raised.value.message
+    (event,) = log_events.events("log_roll_failed")
+    assert event["topic"] == "small" and event["partition"] == 0 and event["segment"] == 1
+    log = lm.get_partition("small", 0)
+    assert log is not None and len(log.segments) == 1
+    await lm.append("small", 0, batch([b"c" * 100]))
+    assert len(log.segments) == 2
+    assert [v for _, v in read_all(lm, "small")] == [b"a" * 100, b"c" * 100]
+    lm = reopen(lm, after_crash=True)
+    assert [v for _, v in read_all(lm, "small")] == [b"a" * 100, b"c" * 100]
+    lm.close()

@@ -230,6 +230,10 @@ _EVENT_LIST = [
     _spec("log_cleaner_swap_recovered",
           "Start-up completed a clean interrupted after its commit point (a .swap file).",
           {"topic": STRING, "partition": LONG, "segment": LONG, "end_offset": LONG}, "warning"),
+    _spec("log_roll_failed", "A partition could not start a new segment (no file descriptor "
+          "or no space left); the append that needed it failed with KAFKA_STORAGE_ERROR.",
+          {**CONNECTION_FIELDS, "topic": STRING, "partition": LONG, "segment": LONG,
+           "error": STRING}, "error"),
     _spec("log_flush_failed", "An fsync or snapshot write failed.",
           {"topic": STRING, "partition": LONG, "error": STRING}, "error"),
     _spec("topic_created", "A topic was created.",

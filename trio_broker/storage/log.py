@@ -423,8 +423,17 @@ class PartitionLog:
         old = self.active
         if old.size == 0:
             return old
+        try:
+            segment = self._new_segment(self.log_end_offset)
+        except OSError as exc:
+            # No descriptor or no room for the new files: Kafka's KafkaStorageException
+            # ("Error while rolling log segment"); the old segment stays active.
+            emit("log_roll_failed", topic=self.topic, partition=self.partition,
+                 segment=self.log_end_offset, error=str(exc))
+            raise KafkaStorageError(f"Error while rolling log segment for {self.topic}-"
+                                    f"{self.partition} in dir {self.directory.parent}: "
+                                    f"{exc}") from exc
         old.on_inactive()
-        segment = self._new_segment(self.log_end_offset)
         segment.next_offset = old.next_offset
         self._add_segment(segment)
         try:
