@@ -520,7 +520,7 @@ async def test_failing_background_job_does_not_stop_the_broker(
     manager.open()
     calls = []
 
-    def broken_retention(now: int) -> None:
+    def broken_retention(now: int, limit: int | None = None) -> None:
         calls.append(now)
         raise OSError(5, "Input/output error")
 

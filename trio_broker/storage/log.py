@@ -595,14 +595,15 @@ class PartitionLog:
         return best.offset_of_max_timestamp, target
 
     # ---------------------------------------------------------------------------- retention
-    def delete_records_before(self, offset: int) -> int:
+    def delete_records_before(self, offset: int, *, limit: int | None = None) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (-1: the high watermark).
 
         As Kafka's ``Partition.deleteRecordsOnLeader``: a negative offset or one past the high
         watermark is OFFSET_OUT_OF_RANGE; a lower offset than the current start changes nothing.
         Whole segments below the new start go at once (Kafka's retention pass does it a little
-        later). Returns the new log start offset (the response's low watermark); the caller
-        persists it.
+        later); at most ``limit`` of them here, the rest by :meth:`delete_breached_segments`.
+        Returns the new log start offset (the response's low watermark); the caller persists
+        it.
         """
         if not self.config.delete_enabled:
             raise PolicyViolation(
@@ -621,8 +622,14 @@ class PartitionLog:
             self.txn_index.on_log_start_advanced(target, self._bases)
             emit("log_start_offset_advanced", topic=self.topic, partition=self.partition,
                  log_start_offset=target, reason="delete_records")
-            self._delete_segments(self._breached_by_start(), "log_start_offset")
+            self.delete_breached_segments(limit)
         return self.log_start_offset
+
+    def delete_breached_segments(self, limit: int | None = None) -> int:
+        """Delete (at most ``limit`` of) the segments wholly below the log start offset;
+        how many were deleted."""
+        return self._delete_segments(_capped(self._breached_by_start(), limit),
+                                     "log_start_offset")
 
     def _breached_by_start(self) -> int:
         """How many leading segments lie wholly below the log start offset (Kafka's
@@ -634,9 +641,10 @@ class PartitionLog:
             count += 1
         return count
 
-    def delete_old_segments(self, now: int) -> int:
+    def delete_old_segments(self, now: int, limit: int | None = None) -> int:
         """Kafka's retention: drop the oldest segments past ``retention.ms``, while the log
         exceeds ``retention.bytes``, or wholly below the log start offset (DeleteRecords).
+        At most ``limit`` segments go in one call (the caller yields between calls).
         Returns the number of segments deleted."""
         config = self.config
         if not config.delete_enabled:
@@ -662,7 +670,7 @@ class PartitionLog:
                 excess -= segment.size
                 by_size += 1
             deletable = max(deletable, by_size)
-        return self._delete_segments(deletable, "retention")
+        return self._delete_segments(_capped(deletable, limit), "retention")
 
     def _delete_segments(self, deletable: int, reason: str) -> int:
         if deletable == 0:
@@ -715,6 +723,10 @@ class PartitionLog:
     def delete_files(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _capped(count: int, limit: int | None) -> int:
+    return count if limit is None else min(count, limit)
 
 
 def _only_empty_batches(segment: Segment, position: int, records: bytes | SegmentRegion
