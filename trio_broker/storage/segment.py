@@ -457,6 +457,11 @@ class Segment:
             self.truncations += 1
             os.ftruncate(self.fd, valid)
             self.size = valid
+        # Rebuilt: let go of the index files (the next entry reopens them), else every
+        # segment recovered after a crash holds three descriptors where a running one holds
+        # one, and a broker that ran with 10,000 partitions could not start again.
+        self.offset_index.release()
+        self.time_index.release()
         return truncated, reason
 
     def _index_recovered(self, position: int, header: rb.BatchHeader) -> None:
