@@ -8,8 +8,10 @@ between; these tests count the segments deleted between two steps of a neighbour
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 import trio
 
 from trio_broker.storage import LogManager
@@ -79,4 +81,41 @@ async def test_delete_records_over_thousands_of_segments_lets_other_tasks_run(
     assert len(log.segments) == 2
     lm = reopen(lm, after_crash=True)
     assert [o for o, _ in read_all(lm, "many")] == [cut, cut + 1]
+    lm.close()
+
+
+async def test_a_clean_shutdown_writes_nothing_for_partitions_that_did_not_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing 10,000 idle partitions rewrote every producer snapshot and fsynced every
+    segment again (12 s, past the graceful shutdown deadline). As Kafka's shutdown, a
+    partition with nothing new since its last flush and snapshot is left alone."""
+    lm = make(tmp_path)
+    lm.create_topic("idle", 20, {"segment.bytes": "100"})
+    for partition in range(20):
+        for value in (b"a", b"b", b"c"):
+            await lm.append("idle", partition, batch([value]))
+    lm = reopen(lm)  # flushed, snapshots written at the log end
+    snapshots = {p: p.stat().st_ino for p in tmp_path.glob("idle-*/*.snapshot")}
+    assert len(snapshots) == 20 * 2  # the newest two of each partition
+    await lm.append("idle", 7, batch([b"d"]))
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    lm.close()
+    monkeypatch.undo()
+    # idle-7's active segment (log, indexes) and its directory; the lists, checkpoints and
+    # metadata the manager writes durably besides.
+    assert len(synced) <= 4 + 6, len(synced)
+    after = {p: p.stat().st_ino for p in tmp_path.glob("idle-*/*.snapshot")}
+    changed = {p.parent.name for p in set(after) ^ set(snapshots)}
+    assert changed == {"idle-7"}
+    assert all(after[p] == inode for p, inode in snapshots.items() if p in after)
+    lm = make(tmp_path)
+    assert [v for _, v in read_all(lm, "idle", 7)] == [b"a", b"b", b"c", b"d"]
+    assert [v for _, v in read_all(lm, "idle", 3)] == [b"a", b"b", b"c"]
     lm.close()

@@ -467,7 +467,11 @@ class PartitionLog:
             self.last_flush_ms = now_ms()
 
     def flush_sync(self) -> None:
-        _fsync_all(self.segments)
+        """:meth:`flush` in the caller's thread (at close): as Kafka's ``flush``, only the
+        segments past the recovery point, nothing when all was flushed."""
+        if self.log_end_offset > self.recovery_point or self.unflushed_messages:
+            _fsync_all([s for s in self.segments
+                        if s.next_offset > self.recovery_point or s is self.active])
         self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()

@@ -70,6 +70,8 @@ class ProducerStateManager:
         #: :class:`~.txn_index.TransactionIndex` and saved in snapshots (Kafka's
         #: ``currentTxnFirstOffset``).
         self.ongoing_txns: dict[int, int] = {}
+        #: The offset of the snapshot file that holds exactly this state (-1: none does).
+        self._snapshot_at = -1
 
     # ---------------------------------------------------------------------------- checking
     def find_duplicate(self, header: rb.BatchHeader) -> BatchMetadata | None:
@@ -135,17 +137,21 @@ class ProducerStateManager:
                    and pid not in self.ongoing_txns]
         for pid in expired:
             del self.producers[pid]
+        if expired:
+            self._snapshot_at = -1
         return len(expired)
 
     def on_log_start_advanced(self, log_start: int) -> None:
         """Forget producers whose every batch was deleted by retention (as Kafka does)."""
         for pid in [pid for pid, e in self.producers.items() if e.last_offset < log_start]:
             del self.producers[pid]
+            self._snapshot_at = -1
 
     def truncate(self) -> None:
         self.producers.clear()
         self.ongoing_txns.clear()
         self.map_end_offset = 0
+        self._snapshot_at = -1
 
     # --------------------------------------------------------------------------- snapshots
     def snapshot_files(self) -> list[tuple[int, Path]]:
@@ -158,7 +164,14 @@ class ProducerStateManager:
         return sorted(found)
 
     def write_snapshot(self, keep: int = 2) -> None:
-        """Save the state at ``map_end_offset`` and keep only the newest ``keep`` snapshots."""
+        """Save the state at ``map_end_offset`` and keep only the newest ``keep`` snapshots.
+
+        As Kafka's ``takeSnapshot``, nothing is written when the newest snapshot already holds
+        this state: a clean shutdown of 10,000 idle partitions wrote 10,000 files (8 s, past
+        the graceful shutdown deadline) every time."""
+        path = self.directory / f"{self.map_end_offset:020d}{SNAPSHOT_SUFFIX}"
+        if self._snapshot_at == self.map_end_offset and path.exists():
+            return
         payload = {
             "version": 1,
             "offset": self.map_end_offset,
@@ -169,12 +182,12 @@ class ProducerStateManager:
             ],
             "txns": {str(pid): first for pid, first in self.ongoing_txns.items()},
         }
-        path = self.directory / f"{self.map_end_offset:020d}{SNAPSHOT_SUFFIX}"
         tmp = path.with_suffix(".snapshot.tmp")
         tmp.write_text(json.dumps(payload), encoding="utf-8")
         os.replace(tmp, path)
         for _, old in self.snapshot_files()[:-keep]:
             old.unlink(missing_ok=True)
+        self._snapshot_at = self.map_end_offset
 
     def load_snapshot(self, max_offset: int, min_offset: int) -> bool:
         """Load the newest readable snapshot within ``[min_offset, max_offset]``; delete
@@ -201,7 +214,7 @@ class ProducerStateManager:
             self.producers = producers
             self.ongoing_txns.clear()
             self.ongoing_txns.update(txns)
-            self.map_end_offset = offset
+            self.map_end_offset = self._snapshot_at = offset
             return True
         self.producers = {}
         self.ongoing_txns.clear()
