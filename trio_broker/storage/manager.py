@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -365,16 +366,17 @@ class LogManager:
     async def _retention_pass(self) -> None:
         now = now_ms()
         for log in list(self._logs.values()):
-            # A batch of segments per step: deleting thousands at once (three unlinks and a
-            # log line each) held the event loop for seconds.
-            while (self._is_open(log) and log.delete_old_segments(
-                    now, DELETE_SEGMENTS_PER_STEP) == DELETE_SEGMENTS_PER_STEP):
-                await trio.lowlevel.checkpoint()
+            await self._delete_in_steps(log, functools.partial(log.delete_old_segments, now))
             await trio.lowlevel.checkpoint()
 
-    def _is_open(self, log: PartitionLog) -> bool:
-        """Is ``log`` still one of ours (not deleted while the caller waited)?"""
-        return self._logs.get((log.topic, log.partition)) is log
+    async def _delete_in_steps(self, log: PartitionLog, delete: Callable[[int], int]) -> None:
+        """Call ``delete(limit)`` (it deletes at most ``limit`` segments of ``log`` and says how
+        many) until it deletes fewer, other tasks running between steps: deleting thousands
+        of segments at once (three unlinks and a log line each) held the event loop for
+        seconds. Stops if ``log`` is deleted meanwhile."""
+        while (self._logs.get((log.topic, log.partition)) is log
+               and delete(DELETE_SEGMENTS_PER_STEP) == DELETE_SEGMENTS_PER_STEP):
+            await trio.lowlevel.checkpoint()
 
     async def _checkpoint_pass(self) -> None:
         await trio.to_thread.run_sync(self._write_recovery_points)
@@ -601,8 +603,7 @@ class LogManager:
         before = log.log_start_offset
         # The segments below the new start go a batch at a time, other tasks running between.
         start = log.delete_records_before(offset, limit=0)
-        while self._is_open(log) and log.delete_breached_segments(DELETE_SEGMENTS_PER_STEP):
-            await trio.lowlevel.checkpoint()
+        await self._delete_in_steps(log, log.delete_breached_segments)
         if start != before:
             await trio.to_thread.run_sync(self._write_log_starts)
         return start
