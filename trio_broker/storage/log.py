@@ -451,11 +451,10 @@ class PartitionLog:
         recovery point (everything below it survives a crash and is not rescanned)."""
         async with self._flush_lock:
             target = self.log_end_offset
-            if target <= self.recovery_point and not self.unflushed_messages:
+            segments = self._unflushed_segments()
+            if not segments:
                 return
             messages = self.unflushed_messages
-            segments = [s for s in self.segments if s.next_offset > self.recovery_point
-                        or s is self.active]
             try:
                 await trio.to_thread.run_sync(_fsync_all, segments)
             except OSError as exc:
@@ -469,12 +468,17 @@ class PartitionLog:
     def flush_sync(self) -> None:
         """:meth:`flush` in the caller's thread (at close): as Kafka's ``flush``, only the
         segments past the recovery point, nothing when all was flushed."""
-        if self.log_end_offset > self.recovery_point or self.unflushed_messages:
-            _fsync_all([s for s in self.segments
-                        if s.next_offset > self.recovery_point or s is self.active])
+        _fsync_all(self._unflushed_segments())
         self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
+
+    def _unflushed_segments(self) -> list[Segment]:
+        """The segments holding data past the recovery point (none when all was flushed)."""
+        if self.log_end_offset <= self.recovery_point and not self.unflushed_messages:
+            return []
+        return [s for s in self.segments if s.next_offset > self.recovery_point
+                or s is self.active]
 
     # ------------------------------------------------------------------------------- read
     def segment_for(self, offset: int) -> Segment:
