@@ -36,8 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="log files, globs or directories (rotated *.log.N files included)")
     parser.add_argument("--out", help="output directory (tables, summary.json, "
                         "report.html); with --follow, where the parquet sink writes")
-    parser.add_argument("--master", help="Spark master URL (default: local[2], or what "
-                        "spark-submit set)")
+    parser.add_argument("--master", help="Spark master URL (default: what spark-submit set, "
+                        "else $SPARK_MASTER, else local[2])")
     parser.add_argument("--since", help="only events at or after T (ISO 8601, or 30m/2h/1d ago)")
     parser.add_argument("--until", help="only events before T (ISO 8601, or 30m/2h/1d ago)")
     parser.add_argument("--slowest", type=int, default=50,
