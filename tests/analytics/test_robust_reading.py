@@ -28,6 +28,7 @@ from trio_broker.analytics.jobs import (
     run_analysis,
     wrong_field_column,
 )
+from trio_broker.analytics.reading import BYTE_FIELDS, MAX_MS, OUT_OF_RANGE, duration_fields
 from trio_broker.analytics.report import render_report
 from trio_broker.analytics.schema import union_fields
 from trio_broker.observability.events import EVENTS
@@ -152,6 +153,23 @@ def _expected_problem(record: dict[str, Any]) -> str | None:
         return "bad timestamp"
     if event == "request" and record.get("api") is None:
         return "missing field api"
+    for name in duration_fields():  # NaN, infinite, negative or above MAX_MS
+        value = _as_double(record.get(name))
+        if value is not None and not 0 <= value <= MAX_MS:
+            return f"{OUT_OF_RANGE}: {name}"
+    for name in BYTE_FIELDS:  # negative
+        value = record.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            return f"{OUT_OF_RANGE}: {name}"
+    return None
+
+
+def _as_double(value: Any) -> float | None:
+    """A double field's value as Spark reads it (its non-numeric strings included)."""
+    if isinstance(value, str) and value in _NON_NUMERIC:
+        return float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     return None
 
 

@@ -6,19 +6,23 @@ symptom it diagnoses (the seeds' troubleshooting guide, §9.2) and the table it 
 
 from __future__ import annotations
 
-import html
-import math
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
-            "#ff9da7", "#9c755f", "#bab0ac")
-_WIDTH = 720
-_MAX_POINTS = 600
-_MAX_ROWS = 25
-_ISO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+from .charts import (
+    _as_time,
+    _esc,
+    _Figure,
+    _finite,
+    _fmt,
+    _num,
+    bar_chart,
+    line_chart,
+    minute_columns,
+    stacked_bars,
+    table,
+)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1000px;
@@ -26,252 +30,42 @@ color:#222;padding:0 1em;overflow-wrap:anywhere}
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
 .symptom{color:#a33;font-weight:600}.hint{color:#555}
 table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
-th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}
+th{background:#f4f4f4;white-space:normal;overflow-wrap:normal;vertical-align:bottom}
+th.w{min-width:6.5em}
 td.l,th.l{text-align:left}.kv td,.kv th{text-align:left;white-space:normal}.empty{color:#777;font-style:italic}
 .scroll{overflow-x:auto;max-width:100%}td.pre{white-space:pre;text-align:left;font-family:monospace}
 .warning{color:#a60;font-weight:600}
 svg{display:block;margin:.6em 0;max-width:100%;height:auto}svg text{font-size:11px;fill:#333}
+.chart{overflow-x:auto;max-width:100%}.chart svg{min-width:540px}
 """
 
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+def _as_percent(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """``rows`` with the idle ratios (0 to 1) of ``columns`` written as percent, as the charts
+    show them (59.5%, not 0.595)."""
+    shown = []
+    for row in rows:
+        copy = dict(row)
+        for column in columns:
+            value = _finite(row.get(column))
+            if value is not None:
+                copy[column] = _Figure(f"{value * 100:.1f}%")
+        shown.append(copy)
+    return shown
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if value == int(value) and abs(value) < 1e15:
-            return f"{int(value):,}" if abs(value) >= 1000 else f"{value:g}"
-        return f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.1f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
-    if isinstance(value, str) and _ISO_RE.match(value):
-        # 2026-03-14T09:00:00.250000Z -> 2026-03-14 09:00:00.25 (the page says times are UTC)
-        day, clock = value[:-1].split("T")
-        return f"{day} {clock.rstrip('0').rstrip('.')}"
-    return str(value)
-
-
-def _nice_max(value: float) -> float:
-    if value <= 0:
-        return 1.0
-    magnitude = 10 ** len(str(int(value)))
-    for step in (0.1, 0.2, 0.25, 0.5, 1.0):
-        if value <= magnitude * step:
-            return magnitude * step
-    return float(magnitude)
-
-
-def bar_chart(items: Sequence[tuple[str, float]], *, unit: str = "", title: str = "") -> str:
-    """Horizontal bars, one per (label, value), largest first as given (nothing when empty:
-    the table beside it, or the section, says why)."""
-    if not items:
-        return ""
-    bar_h, label_w, gap = 18, 220, 4
-    height = len(items) * (bar_h + gap) + 24
-    top = _nice_max(max(v for _, v in items))
-    plot_w = _WIDTH - label_w - 90
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
-             f'role="img" aria-label="{_esc(title)}">']
-    if title:
-        parts.append(f'<title>{_esc(title)}</title>')
-    for index, (label, value) in enumerate(items):
-        y = 4 + index * (bar_h + gap)
-        width = 0 if top <= 0 else max(0.0, value) / top * plot_w
-        short = label if len(label) <= 34 else label[:33] + "…"
-        parts.append(f'<text x="{label_w - 6}" y="{y + bar_h - 5}" text-anchor="end">'
-                     f'{_esc(short)}</text>')
-        parts.append(f'<rect x="{label_w}" y="{y}" width="{width:.1f}" height="{bar_h}" '
-                     f'fill="{_PALETTE[index % len(_PALETTE)]}"><title>{_esc(label)}: '
-                     f'{_esc(_fmt(value))}{_esc(unit)}</title></rect>')
-        parts.append(f'<text x="{label_w + width + 4:.1f}" y="{y + bar_h - 5}">'
-                     f'{_esc(_fmt(value))}{_esc(unit)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def stacked_bars(items: Sequence[tuple[str, Sequence[float]]], keys: Sequence[str],
-                 *, title: str = "") -> str:
-    """One horizontal bar per label split into shares (each row's values sum to about 1)."""
-    if not items:
-        return ""
-    bar_h, label_w, gap = 18, 160, 4
-    plot_w = _WIDTH - label_w - 20
-    legend_h = 22
-    height = legend_h + len(items) * (bar_h + gap) + 8
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
-             f'role="img" aria-label="{_esc(title)}">']
-    x = label_w
-    for index, key in enumerate(keys):
-        parts.append(f'<rect x="{x}" y="4" width="10" height="10" '
-                     f'fill="{_PALETTE[index % len(_PALETTE)]}"/>')
-        parts.append(f'<text x="{x + 13}" y="13">{_esc(key)}</text>')
-        x += 14 + 7 * len(key) + 10
-    for row, (label, values) in enumerate(items):
-        y = legend_h + row * (bar_h + gap)
-        parts.append(f'<text x="{label_w - 6}" y="{y + bar_h - 5}" text-anchor="end">'
-                     f'{_esc(label)}</text>')
-        total = sum(max(0.0, v) for v in values) or 1.0
-        offset = float(label_w)
-        for index, value in enumerate(values):
-            width = max(0.0, value) / total * plot_w
-            if width <= 0:
-                continue
-            parts.append(f'<rect x="{offset:.1f}" y="{y}" width="{width:.1f}" height="{bar_h}" '
-                         f'fill="{_PALETTE[index % len(_PALETTE)]}"><title>{_esc(label)} '
-                         f'{_esc(keys[index])}: {value / total:.1%}</title></rect>')
-            offset += width
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _as_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    return None
-
-
-_TICK_STEPS = (1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-               43200, 86400, 172800, 604800)
-
-
-def time_ticks(x0: float, x1: float, most: int = 6) -> list[tuple[float, str, str]]:
-    """Up to ``most`` round times between ``x0`` and ``x1`` (epoch seconds), labelled
-    ``HH:MM`` (``HH:MM:SS`` below a minute's step, with the date when the span crosses days)."""
-    span = max(x1 - x0, 1.0)
-    step = next((s for s in _TICK_STEPS if span / s <= most), _TICK_STEPS[-1])
-    first = float(math.ceil(x0 / step) * step)
-    days = datetime.fromtimestamp(x0, UTC).date() != datetime.fromtimestamp(x1, UTC).date()
-    fmt = "%H:%M:%S" if step < 60 else "%H:%M"
-    if days:
-        fmt = "%m-%d " + fmt
-    ticks: list[tuple[float, str, str]] = []
-    x = first
-    while x <= x1 + 1e-9:
-        anchor = "start" if x - x0 < span * 0.04 else "end" if x1 - x < span * 0.04 else "middle"
-        ticks.append((x, datetime.fromtimestamp(x, UTC).strftime(fmt), anchor))
-        x += step
-    if not ticks:
-        ticks.append((x0, datetime.fromtimestamp(x0, UTC).strftime(fmt), "start"))
-    return ticks
-
-
-def _span_label(x0: float, x1: float) -> str:
-    start = datetime.fromtimestamp(x0, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    end = datetime.fromtimestamp(x1, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    return f"UTC, {start} to {end}"
-
-
-def line_chart(series: Mapping[str, Sequence[tuple[Any, float | None]]], *, unit: str = "",
-               title: str = "", y_max: float | None = None) -> str:
-    """Lines over time: ``series`` maps a name to (timestamp, value) points."""
-    points: dict[str, list[tuple[float, float]]] = {}
-    for name, raw in series.items():
-        converted = []
-        for moment, value in raw:
-            parsed = _as_time(moment)
-            if parsed is not None and value is not None:
-                converted.append((parsed.timestamp(), float(value)))
-        converted.sort()
-        if len(converted) > _MAX_POINTS:  # keep the chart light: sample evenly
-            stride = len(converted) / _MAX_POINTS
-            converted = [converted[int(i * stride)] for i in range(_MAX_POINTS)]
-        if converted:
-            points[name] = converted
-    if not points:
-        return '<p class="empty">no data points in these logs</p>'
-    left, right, top_pad, bottom = 60, 20, 24, 44
-    height = 250
-    plot_w, plot_h = _WIDTH - left - right, height - top_pad - bottom
-    xs = [x for line in points.values() for x, _ in line]
-    ys = [y for line in points.values() for _, y in line]
-    x0, x1 = min(xs), max(xs)
-    if x1 == x0:
-        x1 = x0 + 1
-    top = y_max if y_max is not None else _nice_max(max(ys))
-
-    def sx(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * plot_w
-
-    def sy(y: float) -> float:
-        return top_pad + plot_h - (min(y, top) / top if top else 0) * plot_h
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
-             f'role="img" aria-label="{_esc(title)}">']
-    for fraction in (0, 0.25, 0.5, 0.75, 1.0):
-        y = top_pad + plot_h - fraction * plot_h
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" '
-                     f'stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
-                     f'{_esc(_fmt(top * fraction))}{_esc(unit)}</text>')
-    for x, label, anchor in time_ticks(x0, x1):
-        parts.append(f'<line x1="{sx(x):.1f}" y1="{top_pad}" x2="{sx(x):.1f}" '
-                     f'y2="{top_pad + plot_h + 4}" stroke="#eee"/>')
-        parts.append(f'<text x="{sx(x):.1f}" y="{height - 20}" text-anchor="{anchor}">'
-                     f'{_esc(label)}</text>')
-    parts.append(f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">'
-                 f'{_esc(_span_label(x0, x1))}</text>')
-    legend_x = left
-    for index, (name, line) in enumerate(points.items()):
-        color = _PALETTE[index % len(_PALETTE)]
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in line)
-        if len(line) == 1:
-            x, y = line[0]
-            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
-        else:
-            parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
-                         f'points="{path}"/>')
-        parts.append(f'<rect x="{legend_x}" y="6" width="10" height="10" fill="{color}"/>')
-        parts.append(f'<text x="{legend_x + 13}" y="15">{_esc(name)}</text>')
-        legend_x += 14 + 7 * len(name) + 12
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-          *, limit: int = _MAX_ROWS,
-          empty: str = "no rows: this did not happen in these logs") -> str:
-    """An HTML table of the first ``limit`` rows (all columns unless named), in a box that
-    scrolls sideways when the table is wider than the page; ``empty`` stands in for no rows."""
-    if not rows:
-        return f'<p class="empty">{_esc(empty)}</p>' if empty else ""
-    names = list(columns) if columns is not None else list(rows[0].keys())
-    head = "".join(f'<th class="l">{_esc(n)}</th>' if i == 0 else f"<th>{_esc(n)}</th>"
-                   for i, n in enumerate(names))
-    body = []
-    for row in rows[:limit]:
-        cells = []
-        for i, name in enumerate(names):
-            value = row.get(name)
-            if isinstance(value, str) and "\n" in value:
-                css = ' class="pre"'
-            elif i == 0 or isinstance(value, str):
-                css = ' class="l"'
-            else:
-                css = ""
-            cells.append(f"<td{css}>{_esc(_fmt(value))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    more = (f'<p class="hint">{len(rows) - limit:,} more rows in the Parquet table.</p>'
-            if len(rows) > limit else "")
-    return f'<div class="scroll"><table><tr>{head}</tr>{"".join(body)}</table></div>{more}'
+_CHART_RE = re.compile(r"<svg\b.*?</svg>", re.DOTALL)
 
 
 def _section(anchor: str, title: str, symptom: str, source: str, body: str,
              empty: str | None = None) -> str:
     """A section; with ``empty`` (why there is nothing to show) that one line stands for the
     body."""
-    content = f'<p class="empty">{_esc(empty)}</p>' if empty else body
+    # Each chart in a box of its own: on a narrow screen it shrinks only so far (its labels
+    # stay legible), then scrolls sideways as a wide table does.
+    content = f'<p class="empty">{_esc(empty)}</p>' if empty else _CHART_RE.sub(
+        r'<div class="chart">\g<0></div>', body)
     return (f'<section id="{_esc(anchor)}"><h2>{_esc(title)}</h2>'
             f'<p><span class="symptom">Symptom: {_esc(symptom)}.</span> '
             f'<span class="hint">From {_esc(source)}.</span></p>{content}</section>')
@@ -287,12 +81,135 @@ def _worst_first(rows: Sequence[Mapping[str, Any]], key: str,
 
 def _percent(ratio: Any) -> float | None:
     # The *_idle_percent gauges are ratios from 0 to 1 (as Kafka's are); the chart shows percent.
-    return None if ratio is None else float(ratio) * 100.0
+    return None if ratio is None else _num(ratio) * 100.0
 
 
 def _counts(mapping: Mapping[str, Any]) -> list[tuple[str, float]]:
-    return sorted(((str(k), float(v)) for k, v in mapping.items() if v),
+    return sorted(((str(k), _num(v)) for k, v in mapping.items() if v),
                   key=lambda kv: (-kv[1], kv[0]))
+
+
+#: The idle ratios (0 to 1) of the per-minute tables, shown as percent.
+_IDLE_COLUMNS = ("avg_network_idle_percent", "min_network_idle_percent",
+                 "avg_handler_idle_percent")
+
+#: The slowest requests' columns in plain words (the column name is the tooltip).
+_SLOWEST_HEADINGS = {
+    "ts": "time",
+    "client_id": "client id",
+    "service_ms": "service ms (ranked by this)",
+    "expected_wait_ms": "expected wait ms (set aside)",
+    "total_ms": "total ms (wait included)",
+    "waited": "mostly the expected wait",
+    "dominant_stage": "largest stage",
+    "connection_id": "connection",
+}
+
+#: The throttled clients' columns, in order, in plain words.
+_THROTTLE_HEADINGS = {
+    "client_id": "client id",
+    "throttle_events": "throttles started",
+    "throttles_ended": "ended (connection unmuted)",
+    "still_throttled": "not ended by the log's end",
+    "total_throttle_ms": "total throttle ms",
+    "max_throttle_ms": "longest throttle ms",
+    "throttled_requests": "throttled requests",
+    "users": "users",
+    "quota_types": "quota types",
+}
+
+
+def _still_throttled(row: Mapping[str, Any]) -> int | None:
+    started, ended = _finite(row.get("throttle_events")), _finite(row.get("throttles_ended"))
+    if started is None or ended is None:
+        return None
+    return max(0, int(started - ended))
+
+
+def _minute_groups(rows: Sequence[Mapping[str, Any]], key: str) -> dict[Any, list[Mapping[str, Any]]]:
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row.get(key), []).append(row)
+    return groups
+
+
+def _weighted_average(rows: Sequence[Mapping[str, Any]], field: str) -> float | None:
+    """The average of ``field`` over brokers' rows of one minute, weighted by snapshots."""
+    total = weight = 0.0
+    for row in rows:
+        value = _finite(row.get(field))
+        if value is None:
+            continue
+        snapshots = _finite(row.get("snapshots"))
+        share = snapshots if snapshots is not None and snapshots > 0 else 1.0
+        total += value * share
+        weight += share
+    return total / weight if weight else None
+
+
+def _extreme(rows: Sequence[Mapping[str, Any]], field: str, lowest: bool) -> float | None:
+    values = [v for row in rows if (v := _finite(row.get(field))) is not None]
+    if not values:
+        return None
+    return min(values) if lowest else max(values)
+
+
+def _idle_chart(timeline: Sequence[Mapping[str, Any]]) -> str:
+    """Idle percent per minute: the average (solid) and the lowest snapshot (dashed) of the
+    network processors and of the request handlers, over all brokers."""
+    series: dict[str, list[tuple[Any, float | None]]] = {}
+    colors: dict[str, int] = {}
+    dashed: list[str] = []
+    for color, (gauge, label) in enumerate((("network_processor_avg_idle_percent", "network"),
+                                            ("request_handler_avg_idle_percent", "handler"))):
+        average, lowest = f"{label} idle % (average)", f"{label} idle % (lowest)"
+        series[average], series[lowest] = [], []
+        colors[average] = colors[lowest] = color
+        dashed.append(lowest)
+        for minute, rows in _minute_groups(timeline, "ts").items():
+            series[average].append((minute, _percent(_weighted_average(rows, gauge))))
+            series[lowest].append((minute, _percent(_extreme(rows, f"min_{gauge}", True))))
+    return line_chart(series, unit="%", title="idle percent per minute", y_max=100.0,
+                      per_minute=True, dashed=dashed, colors=colors)
+
+
+def _queue_chart(timeline: Sequence[Mapping[str, Any]]) -> str:
+    """Queue sizes per minute: the average of the snapshots and the largest one."""
+    series: dict[str, list[tuple[Any, float | None]]] = {}
+    colors: dict[str, int] = {}
+    dashed: list[str] = []
+    for color, name in enumerate(("request_queue_size", "response_queue_size")):
+        average, largest = f"{name} (average)", f"{name} (largest)"
+        series[average], series[largest] = [], []
+        colors[average] = colors[largest] = color
+        dashed.append(largest)
+        for minute, rows in _minute_groups(timeline, "ts").items():
+            series[average].append((minute, _weighted_average(rows, name)))
+            series[largest].append((minute, _extreme(rows, f"max_{name}", False)))
+    return line_chart(series, title="queue sizes per minute", per_minute=True, dashed=dashed,
+                      colors=colors)
+
+
+def _errors_chart(queue_rows: Sequence[Mapping[str, Any]]) -> str:
+    """Failed requests per minute, a column per minute stacked by broker (with the minute's
+    requests in the tooltip)."""
+    series: dict[str, list[tuple[Any, Any]]] = {}
+    notes: dict[tuple[str, float], str] = {}
+    brokers = {row.get("broker") for row in queue_rows}
+    for row in queue_rows:
+        broker = row.get("broker")
+        name = "failed requests" if len(brokers) == 1 else f"broker {broker}"
+        series.setdefault(name, []).append((row.get("minute"), row.get("errors")))
+        moment = _as_time(row.get("minute"))
+        requests = _finite(row.get("requests"))
+        if moment is not None and requests is not None:
+            try:
+                notes[(name, moment.timestamp())] = f" of {_fmt(int(requests))} requests"
+            except (OverflowError, ValueError, OSError):
+                continue
+    if not any(_finite(errors) for line in series.values() for _, errors in line):
+        return '<p class="empty">No request failed in these logs.</p>' if series else ""
+    return minute_columns(series, title="failed requests per minute", notes=notes)
 
 
 def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str, Any]]]) -> str:
@@ -344,7 +261,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
     churn_chart = line_chart({
         name: [(r["minute"], r.get(name)) for r in churn]
         for name in ("accepted", "closed", "expired", "refused", "connection_count")},
-        title="connections per minute")
+        title="connections per minute", per_minute=True)
     sections.append(_section(
         "closed", "Connections: churn and closes",
         "clients are disconnected unexpectedly, or connect and disconnect too often",
@@ -358,7 +275,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         + table([{**r, "closed_by_reason": ", ".join(
             f"{k}: {v}" for k, v in (r.get("closed_by_reason") or {}).items())}
                  for r in sorted(churn, key=lambda r: -sum(
-                     int(r.get(k) or 0) for k in ("accepted", "closed", "expired",
+                     _finite(r.get(k)) or 0.0 for k in ("accepted", "closed", "expired",
                                                   "refused")))],
                 ["minute", "accepted", "closed", "expired", "refused", "connection_count",
                  "closed_by_reason"]),
@@ -376,12 +293,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         empty=None if frames else "No invalid frame in these logs."))
 
     timeline = tables.get("metrics_timeline", [])
-    idle_chart = line_chart({
-        "network processor idle %": [
-            (r["ts"], _percent(r.get("network_processor_avg_idle_percent"))) for r in timeline],
-        "request handler idle %": [
-            (r["ts"], _percent(r.get("request_handler_avg_idle_percent"))) for r in timeline],
-    }, unit="%", title="idle percent over time", y_max=100.0)
+    idle_chart = _idle_chart(timeline)
     saturation = tables.get("saturation_by_minute", [])
     mutes = tables.get("mutes_by_reason", [])
     sections.append(_section(
@@ -389,13 +301,18 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "requests are slow although the business logic is normal (slow I/O: low "
         "NetworkProcessorAvgIdlePercent, frequent mute/unmute)",
         "metrics_snapshot, connection_muted, connection_unmuted, throttle_started",
-        "<h3>Idle percent over time</h3>" + idle_chart
+        "<h3>Idle percent per minute</h3><p class=\"hint\">The minute's average of the "
+        "metrics snapshots (solid) and its lowest snapshot (dashed), over all brokers: a low "
+        "dashed line is a burst of saturation the average hides.</p>" + idle_chart
         + "<h3>Mutes by reason</h3>"
-        + bar_chart([(str(r["reason"]), float(r["mutes"] or 0)) for r in mutes],
+        + bar_chart([(str(r["reason"]), _num(r["mutes"] or 0)) for r in mutes],
                     title="mutes by reason")
         + table(mutes, empty="No connection was muted in these logs.")
         + "<h3>Per minute, least idle first</h3>"
-        + table(_worst_first(saturation, "min_network_idle_percent", descending=False)),
+        + table(_as_percent(_worst_first(saturation, "min_network_idle_percent",
+                                         descending=False), _IDLE_COLUMNS),
+                headings={column: column.replace("_percent", " %").replace("_", " ")
+                          for column in _IDLE_COLUMNS}),
         empty=None if timeline or saturation or mutes else
         "No metrics snapshot, mute or throttle in these logs (snapshots are written every "
         "logging.metrics.snapshot.interval.ms; 0 turns them off)."))
@@ -406,20 +323,16 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "requests enter slowly while the handlers are idle (RequestQueueSize high, memory pool "
         "exhausted, too few num.io.threads, very large requests)",
         "request (request_queue_ms), metrics_snapshot (request_queue_size, memory_pool_*)",
-        "<h3>Request queue size over time</h3>"
-        + line_chart({"request_queue_size": [(r["ts"], r.get("request_queue_size"))
-                                             for r in timeline],
-                      "response_queue_size": [(r["ts"], r.get("response_queue_size"))
-                                              for r in timeline]},
-                     title="queue sizes over time")
+        "<h3>Request queue size per minute</h3>"
+        + _queue_chart(timeline)
         + "<h3>Queue time per minute</h3>"
         + line_chart({"p95 request_queue_ms": [(r["minute"], r.get("p95_request_queue_ms"))
                                                for r in queue_rows],
                       "max request_queue_ms": [(r["minute"], r.get("max_request_queue_ms"))
                                                for r in queue_rows]},
-                     unit=" ms", title="request queue time per minute")
+                     unit=" ms", title="request queue time per minute", per_minute=True)
         + "<h3>Worst minutes first (p99 service time)</h3>"
-        + table(_worst_first(queue_rows, "p99_service_ms"),
+        + table(_as_percent(_worst_first(queue_rows, "p99_service_ms"), _IDLE_COLUMNS),
                 ["minute", "broker", "requests", "errors", "p99_service_ms",
                  "avg_request_queue_ms", "p95_request_queue_ms", "max_request_queue_ms",
                  "max_request_queue_size", "min_memory_pool_available",
@@ -428,7 +341,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
                                                   "these logs."))
 
     latency = tables.get("latency_by_api", [])
-    shares = [(str(r["api"]), [float(r.get(f"{s.removesuffix('_ms')}_share") or 0.0)
+    shares = [(str(r["api"]), [_num(r.get(f"{s.removesuffix('_ms')}_share") or 0.0)
                                for s in STAGES]) for r in latency]
     sections.append(_section(
         "latency", "Slow request handling",
@@ -438,17 +351,23 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         + stacked_bars(shares, [s.removesuffix("_ms") for s in STAGES], title="stage shares")
         + "<h3>p99 service time per API</h3><p class=\"hint\">Service time is the total time "
           "less the waiting asked for: a Fetch's long poll (remote time, up to "
-          f"{_fmt(summary.get('fetch_max_wait_ms', 500.0))} ms) and a JoinGroup's or "
-          "SyncGroup's rebalance wait.</p>"
-        + bar_chart([(str(r["api"]), float(r.get("p99_service_ms") or 0.0)) for r in latency],
+          f"{_fmt(summary.get('fetch_max_wait_ms', 500.0))} ms), a JoinGroup's or "
+          "SyncGroup's rebalance wait and the deliberate delay before a failed login is "
+          "answered.</p>"
+        + bar_chart([(str(r["api"]), _num(r.get("p99_service_ms") or 0.0)) for r in latency],
                     unit=" ms", title="p99 service_ms")
         + table(latency, ["api", "requests", "errors", "p50_total_ms", "p95_total_ms",
                           "p99_total_ms", "max_total_ms", "p99_service_ms",
                           *(f"p99_{s}" for s in STAGES)])
-        + "<h3>Slowest requests (expected waits set aside)</h3>"
+        + "<h3>Slowest requests (expected waits set aside)</h3><p class=\"hint\">Ranked by "
+          "service time: the request's total time less the waiting it was expected to do "
+          "(a Fetch's long poll, a JoinGroup's or SyncGroup's rebalance wait, the deliberate "
+          "delay before a failed login is answered). A request that only waited that long "
+          "is not slow, and is not ranked as such.</p>"
         + table(tables.get("slowest_requests", []),
                 ["ts", "api", "client_id", "service_ms", "expected_wait_ms", "total_ms",
-                 "waited", "dominant_stage", *STAGES, "error", "connection_id"]),
+                 "waited", "dominant_stage", *STAGES, "error", "connection_id"],
+                headings=_SLOWEST_HEADINGS),
         empty=None if latency else "No request line in these logs."))
 
     by_client = tables.get("latency_by_client", [])
@@ -457,7 +376,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "some clients see slow responses (their APIs, their request sizes, their connection)",
         "request (client_id, api, total_ms)",
         "<h3>p99 service time per client</h3>"
-        + bar_chart([(str(r["client_id"]), float(r.get("p99_service_ms") or 0.0))
+        + bar_chart([(str(r["client_id"]), _num(r.get("p99_service_ms") or 0.0))
                      for r in by_client[:15]], unit=" ms", title="p99 service_ms by client")
         + table(by_client, ["client_id", "requests", "errors", "p50_total_ms", "p95_total_ms",
                             "p99_total_ms", "p50_service_ms", "p95_service_ms",
@@ -469,14 +388,24 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         empty=None if by_client else "No request line in these logs."))
 
     errors = tables.get("errors_by_code", [])
+    errors_by_client = tables.get("errors_by_client", [])
     sections.append(_section(
         "errors", "Errors by API and code",
-        "requests fail (which API, which error code, how many clients)",
-        "request (api, error)",
-        bar_chart([(f"{r['api']}: {r['error']}", float(r["count"])) for r in errors[:20]],
-                  title="failed requests by API and error code")
-        + table(errors, ["api", "error", "count", "clients", "first_seen", "last_seen"]),
-        empty=None if errors else "Every request in these logs succeeded (error NONE)."))
+        "requests fail (which API, which error code, which clients, since when)",
+        "request (api, error, client_id)",
+        "<h3>Failed requests per minute</h3>" + _errors_chart(queue_rows)
+        + "<h3>By API and error code</h3>"
+        + bar_chart([(f"{r['api']}: {r['error']}", _num(r["count"])) for r in errors[:20]],
+                    title="failed requests by API and error code")
+        + table(errors, ["api", "error", "count", "clients", "first_seen", "last_seen"],
+                headings={"count": "failed requests", "clients": "client ids"})
+        + "<h3>Which clients got which error (most first)</h3>"
+        + table(errors_by_client, ["client_id", "api", "error", "count", "first_seen",
+                                   "last_seen"],
+                headings={"count": "failed requests"}),
+        empty=None if errors or errors_by_client or any(
+            _finite(r.get("errors")) for r in queue_rows) else
+        "Every request in these logs succeeded (error NONE)."))
 
     clients = tables.get("top_clients", [])
     by_bytes = sorted(clients, key=lambda r: -(r.get("total_bytes") or 0))
@@ -484,9 +413,9 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "clients", "Top clients", "one client overloads the broker",
         "request (client_id, request_bytes, response_bytes)",
         "<h3>By requests</h3>"
-        + bar_chart([(str(r["client_id"]), float(r["requests"])) for r in clients[:15]])
+        + bar_chart([(str(r["client_id"]), _num(r["requests"])) for r in clients[:15]])
         + "<h3>By bytes (in + out)</h3>"
-        + bar_chart([(str(r["client_id"]), float(r.get("total_bytes") or 0))
+        + bar_chart([(str(r["client_id"]), _num(r.get("total_bytes") or 0))
                      for r in by_bytes[:15]], unit=" B")
         + table(clients, ["client_id", "requests", "request_bytes", "response_bytes",
                           "total_bytes", "connections", "client_software_name",
@@ -495,9 +424,13 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
     sections.append(_section(
         "throttled", "Throttled clients", "clients are slowed down by quotas (KIP-219)",
         "throttle_started, request (throttle_ms)",
-        bar_chart([(str(r["client_id"]), float(r.get("total_throttle_ms") or 0.0))
-                   for r in throttled[:15]], unit=" ms")
-        + table(throttled)))
+        "<p class=\"hint\">A throttle delays the client's next request for its throttle time "
+        "(its connection is muted, then reads again: the throttle ended). Fewer ended than "
+        "started means throttles still running when the log ended.</p>"
+        + bar_chart([(str(r["client_id"]), _num(r.get("total_throttle_ms") or 0.0))
+                     for r in throttled[:15]], unit=" ms", title="total throttle time by client")
+        + table([{**r, "still_throttled": _still_throttled(r)} for r in throttled],
+                list(_THROTTLE_HEADINGS), headings=_THROTTLE_HEADINGS)))
     sections.append(_section(
         "groups", "Consumer-group rebalances",
         "consumers stall or re-read data: frequent group rebalances",
@@ -511,7 +444,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "authentication", "Authentication failures by principal and IP",
         "clients cannot authenticate (wrong password or certificate), or someone guesses "
         "passwords", "authentication_failed",
-        bar_chart([(f"{r['principal'] or '(none)'} from {r['ip']}", float(r["failures"]))
+        bar_chart([(f"{r['principal'] or '(none)'} from {r['ip']}", _num(r["failures"]))
                    for r in failures[:15]])
         + table(failures),
         empty=None if failures else "No authentication failure in these logs."))
@@ -521,7 +454,7 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "read_committed consumers stall (a long open transaction holds the LSO) or "
         "exactly-once jobs fail (aborts, timeouts, fencing)",
         "transaction_committed, transaction_aborted, transaction_timed_out, transaction_fenced",
-        bar_chart([(str(r["transactional_id"]), float(r.get("max_open_ms") or 0.0))
+        bar_chart([(str(r["transactional_id"]), _num(r.get("max_open_ms") or 0.0))
                    for r in txns[:15]], unit=" ms", title="longest open time by id")
         + table(txns),
         empty=None if txns else "No transaction event in these logs (no transactional "
