@@ -44,7 +44,7 @@ BENCHMARKS = {
     # about 2.5 min: 1,000 one-record/s producers next to a heavy one (issue 11's goal)
     "many_producers": True,
     "fuzz": False,  # opt-in (--only fuzz): a million frames
-    "analytics": False,  # opt-in (--only analytics; needs pyspark, Java): analyze a 2M-line log
+    "analytics": False,  # opt-in (--only analytics; needs pyspark, Java): analyze 2M- and 6M-line logs
 }
 
 

@@ -267,18 +267,27 @@ def test_throttled_clients(analysis: AnalysisResult, raw: list[dict[str, Any]]) 
 
 def test_saturation_and_queue_timelines(analysis: AnalysisResult,
                                         raw: list[dict[str, Any]]) -> None:
-    snapshots = [r for r in raw if r["event"] == "metrics_snapshot"]
-    timeline = analysis.tables["metrics_timeline"]
-    assert len(timeline) == len(snapshots) == analysis.summary["metrics_snapshots"]
-    assert [r["request_queue_size"] for r in timeline] == [
-        r["request_queue_size"] for r in sorted(snapshots, key=lambda r: r["timestamp"])]
-    idle = [r["network_processor_avg_idle_percent"] for r in snapshots]
-    assert analysis.summary["network_processor_idle_percent"]["min"] == min(idle)
-    assert analysis.summary["max_request_queue_size"] == max(
-        r["request_queue_size"] for r in snapshots)
-
     def minute_of(record: dict[str, Any]) -> str:
         return record["timestamp"][:16]
+
+    snapshots = [r for r in raw if r["event"] == "metrics_snapshot"]
+    timeline = analysis.tables["metrics_timeline"]
+    assert sum(r["snapshots"] for r in timeline) == len(snapshots) \
+        == analysis.summary["metrics_snapshots"]
+    # One row per minute (and broker), in time order, each gauge's average, lowest, highest.
+    assert [r["ts"][:16] for r in timeline] == sorted({minute_of(r) for r in snapshots})
+    for row in timeline:
+        sizes = [r["request_queue_size"] for r in snapshots if minute_of(r) == row["ts"][:16]]
+        assert row["snapshots"] == len(sizes)
+        assert row["request_queue_size"] == pytest.approx(sum(sizes) / len(sizes))
+        assert (row["min_request_queue_size"], row["max_request_queue_size"]) == \
+            (min(sizes), max(sizes))
+    idle = [r["network_processor_avg_idle_percent"] for r in snapshots]
+    assert analysis.summary["network_processor_idle_percent"]["min"] == min(idle)
+    assert analysis.summary["network_processor_idle_percent"]["avg"] == \
+        pytest.approx(sum(idle) / len(idle))
+    assert analysis.summary["max_request_queue_size"] == max(
+        r["request_queue_size"] for r in snapshots)
 
     per_minute = analysis.tables["saturation_by_minute"]
     mutes = Counter(minute_of(r) for r in raw if r["event"] == "connection_muted")
@@ -546,15 +555,14 @@ def test_headline_percentiles_equal_percentile_disc(spark: Any) -> None:
         assert values == [_nearest_rank(totals, pct) for pct in PERCENTILES]  # type: ignore[arg-type]
 
 
-def test_slowest_requests_pruned_by_the_grain_bound(spark: Any) -> None:
-    """``slowest_requests`` with the grain's bound returns the rows it returns without one, on
-    lines whose service times tie around the cut (and some null), with 60 groups and with 20
-    (too few for a bound: no pruning)."""
+def test_slowest_requests_from_the_grain_equal_those_of_the_lines(spark: Any) -> None:
+    """``slowest_requests`` from the groups' own slowest lines (kept by ``request_grain``)
+    returns the rows it returns from the lines, on service times that tie around the cut (and
+    some null), with 20 groups and with 7 (fewer lines per group than the limit or more)."""
     import random
 
     from trio_broker.analytics.request_tables import (
         request_grain,
-        service_bound,
         slowest_requests,
         with_service_time,
     )
@@ -579,10 +587,27 @@ def test_slowest_requests_pruned_by_the_grain_bound(spark: Any) -> None:
                          *stages, total))
         return rows
 
-    for clients, pruned in ((20, True), (7, False)):
+    for clients in (20, 7):
         frame = with_service_time(spark.createDataFrame(lines(clients), schema))
-        grain = request_grain(frame)
-        assert (service_bound(grain, 50) is not None) is pruned
+        grain = request_grain(frame, 50)
         got = slowest_requests(frame, 50, grain).collect()
         assert got == slowest_requests(frame, 50).collect()
         assert len(got) == 50
+
+
+def test_expected_waits_are_set_aside_from_service_time(spark: Any) -> None:
+    """A Fetch's long poll (up to fetch.max.wait.ms), a rebalance's wait and the deliberate
+    delay of a failed login are waiting asked for: service time is the rest. A failed
+    SaslAuthenticate's delay is not slowness; another SaslAuthenticate's remote time is."""
+    from trio_broker.analytics.request_tables import with_service_time
+
+    rows = [("Fetch", "NONE", 700.0, 703.0), ("JoinGroup", "NONE", 2000.0, 2001.0),
+            ("SaslAuthenticate", "SASL_AUTHENTICATION_FAILED", 100.0, 101.5),
+            ("SaslAuthenticate", "NONE", 40.0, 41.0), ("Produce", "NONE", 5.0, 9.0)]
+    frame = with_service_time(spark.createDataFrame(
+        rows, "api string, error string, remote_ms double, total_ms double"), 500.0)
+    got = {(r["api"], r["error"]): (r["expected_wait_ms"], r["service_ms"])
+           for r in frame.collect()}
+    assert got == {("Fetch", "NONE"): (500.0, 203.0), ("JoinGroup", "NONE"): (2000.0, 1.0),
+                   ("SaslAuthenticate", "SASL_AUTHENTICATION_FAILED"): (100.0, 1.5),
+                   ("SaslAuthenticate", "NONE"): (0.0, 41.0), ("Produce", "NONE"): (0.0, 9.0)}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.analytics.analytics_logs import logging_to
-from trio_broker.analytics.stream import LogTailer, follow
+from trio_broker.analytics.stream import LateRows, LogTailer, follow
 from trio_broker.observability import log
 
 
@@ -195,8 +195,9 @@ def test_cli_follow_with_parquet_sink(spark: Any, tmp_path: Path,
     assert f"analyze: Spark ready (master {spark.sparkContext.master})" in err
     batches = [line for line in err.splitlines() if line.startswith("analyze: batch ")]
     assert batches and all("line(s) followed" in line for line in batches)
-    assert err.splitlines()[-1] == (f"analyze: stopped: 8 line(s) followed from {logs} in "
-                                    f"{len(batches)} batch(es)")
+    assert err.splitlines()[-1] == (
+        f"analyze: stopped: 8 line(s) followed from {logs} in {len(batches)} batch(es); "
+        "0 line(s) dropped as later than 10 minutes behind the newest")
     table = spark.read.parquet(str(out / "minute_aggregates.parquet"))
     latest = table.orderBy("batch_id").collect()[-1]
     assert (latest["requests"], latest["mutes"], latest["malformed"]) == (7, 1, 0)
@@ -205,3 +206,58 @@ def test_cli_follow_with_parquet_sink(spark: Any, tmp_path: Path,
     print_batch(table.drop("batch_id"), 3)
     printed = capsys.readouterr().out
     assert printed.startswith("-- batch 3:") and "requests" in printed.splitlines()[1].split()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_follow_counts_lines_later_than_the_cutoff(spark: Any, tmp_path: Path) -> None:
+    """A line more than the cutoff (10 minutes) behind the newest event time already seen
+    cannot update its minute any more: Spark's watermark drops it, and it is counted."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = logs / "broker.log"
+    path.write_text("")
+    latest: dict[Any, int] = {}
+    seen = threading.Condition()
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        with seen:
+            for row in frame.collect():
+                latest[row["minute"].strftime("%H:%M")] = row["requests"]
+            seen.notify_all()
+
+    def request(minute: str) -> str:
+        return json.dumps({"timestamp": f"2026-03-14T09:{minute}:00Z", "event": "request",
+                           "broker": 1, "api": "Fetch", "total_ms": 1.0, "error": "NONE"})
+
+    late = LateRows()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            follow(spark, logs, work=tmp_path / "work", on_batch=on_batch, trigger_seconds=0.5,
+                   stop=stop, timeout=180, late=late)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    def wait_for(minute: str) -> None:
+        with seen:
+            assert seen.wait_for(lambda: minute in latest or bool(errors), timeout=90), latest
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        with path.open("a") as live:
+            live.write(request("00") + "\n" + request("30") + "\n")
+        wait_for("09:30")
+        with path.open("a") as live:  # 29 minutes behind 09:30, past the cutoff
+            live.write(request("01") + "\n" + request("31") + "\n")
+        wait_for("09:31")
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    assert latest["09:00"] == latest["09:30"] == latest["09:31"] == 1
+    assert "09:01" not in latest
+    assert late.dropped == 1

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .inputs import prepare_inputs
+
 # The job's parts, re-exported: callers import them from here.
 from .reading import (
     BLANK,
@@ -48,6 +50,7 @@ from .request_tables import (
     REBALANCE_WAIT_APIS,
     STAGES,
     dominant_stage_column,
+    errors_by_client,
     errors_by_code,
     expected_wait_column,
     headline_percentiles,
@@ -56,7 +59,6 @@ from .request_tables import (
     latency_by_client_api,
     request_grain,
     request_queue_by_minute,
-    service_bound,
     slowest_requests,
     top_clients,
     with_service_time,
@@ -91,11 +93,11 @@ __all__ = [
     "ROW", "SMALL_INPUT_BYTES", "STAGES", "TEXT", "WRONG_TYPE", "AnalysisResult", "LineAccounts",
     "Question", "account_lines", "analysed_columns", "authentication_failures",
     "build_summary", "closed_connections", "collect_and_write", "collect_rows", "connection_churn_by_minute",
-    "dominant_stage_column", "errors_by_code", "expected_wait_column", "get_spark", "headline_percentiles", "request_grain",
+    "dominant_stage_column", "errors_by_client", "errors_by_code", "expected_wait_column", "get_spark", "headline_percentiles", "request_grain",
     "group_rebalances", "invalid_frames", "iso_utc", "latency_by_api", "latency_by_client",
     "latency_by_client_api", "metrics_timeline", "mutes_by_reason", "problem_column",
     "read_logs", "rejected_connections", "request_queue_by_minute", "run_analysis",
-    "saturation_by_minute", "service_bound", "slowest_requests", "throttled_clients", "top_clients",
+    "saturation_by_minute", "slowest_requests", "throttled_clients", "top_clients",
     "transactions", "valid_events", "with_service_time", "wrong_field_column",
 ]
 
@@ -126,34 +128,32 @@ KIND = "_kind"
 
 @attrs.frozen
 class Inputs:
-    """What the tables are computed from: the usable lines in range (``events``, the Parquet
-    copy, read column-pruned), the lines other than requests (``other``, cached: a few percent
-    of a broker log) and the request lines aggregated once per broker, client, API and error
-    (``grain``, :func:`request_grain`, cached: hundreds of rows)."""
+    """What the tables are computed from: the usable request lines in range (``requests``,
+    the Parquet copy's part, read column-pruned), the other lines (``other``, cached: a few
+    percent of a broker log) and the request lines aggregated once per broker, client, API
+    and error, with each group's slowest lines (``grain``, :func:`request_grain`, cached:
+    hundreds of rows)."""
 
-    events: DataFrame
+    requests: DataFrame
     other: DataFrame
     grain: DataFrame
 
 
 def _builders(slowest: int) -> dict[str, Callable[[Inputs], DataFrame]]:
-    from pyspark.sql import functions as F
-
     return {
         "rejected_connections": lambda i: rejected_connections(i.other),
         "closed_connections": lambda i: closed_connections(i.other),
         "saturation_by_minute": lambda i: saturation_by_minute(i.other),
         "metrics_timeline": lambda i: metrics_timeline(i.other),
         "mutes_by_reason": lambda i: mutes_by_reason(i.other),
-        "request_queue_by_minute": lambda i: request_queue_by_minute(
-            i.events.where(F.col(KIND) == "request"), i.other),
-        "latency_by_api": lambda i: latency_by_api(
-            i.grain, headline_percentiles(i.events.where(F.col(KIND) == "request"))),
-        "slowest_requests": lambda i: slowest_requests(
-            i.events.where(F.col(KIND) == "request"), slowest, i.grain),
+        "request_queue_by_minute": lambda i: request_queue_by_minute(i.requests, i.other),
+        "latency_by_api": lambda i: latency_by_api(i.grain, headline_percentiles(i.requests)),
+        "slowest_requests": lambda i: slowest_requests(i.requests, slowest,
+                                                       i.grain if slowest > 0 else None),
         "latency_by_client": lambda i: latency_by_client(i.grain),
         "latency_by_client_api": lambda i: latency_by_client_api(i.grain),
         "errors_by_code": lambda i: errors_by_code(i.grain),
+        "errors_by_client": lambda i: errors_by_client(i.grain),
         "invalid_frames": lambda i: invalid_frames(i.other),
         "connection_churn_by_minute": lambda i: connection_churn_by_minute(i.other),
         "top_clients": lambda i: top_clients(i.grain),
@@ -167,7 +167,7 @@ def _builders(slowest: int) -> dict[str, Callable[[Inputs], DataFrame]]:
 #: The tables that scan the request lines of the copy (the others read the small cached
 #: inputs): submitted first, so the cheap tables fill the gaps beside them instead of
 #: leaving them to run last, alone (longest first).
-SCANNING_TABLES = ("request_queue_by_minute", "slowest_requests", "latency_by_api")
+SCANNING_TABLES = ("request_queue_by_minute", "latency_by_api")
 
 
 def _submission_order() -> list[Question]:
@@ -226,11 +226,11 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
                  progress: Progress = _no_progress) -> AnalysisResult:
     """Read ``files``, answer every question, write tables, ``summary.json`` and ``report.html``.
 
-    The input is read once: the parsed lines (only the columns the questions use) are written
-    as Parquet under ``out`` by the first job and every other job reads that copy (removed at
-    the end). The request lines are aggregated once (:func:`request_grain`) for every request
-    table; the other lines are few and cached. Each table is computed once, cached while it
-    is written and collected.
+    The input is read once: the first job parses the lines (only the columns the questions
+    use) and writes them as Parquet under ``out``; every other job reads that copy (removed
+    at the end). The request lines are aggregated once (:func:`request_grain`) for every
+    request table; the other lines are few and cached. Each table is computed once and
+    collected as Arrow; only bounded results reach the driver (never a row per line).
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -241,13 +241,17 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # timestamps are UTC end to end
     # Keep the good fields of a line with one wrongly typed field, to name the bad field.
     spark.conf.set("spark.sql.json.enablePartialResults", "true")
-    # The copy's two parts are written side by side, not sorted by kind first.
-    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "2")
     # request_grain keeps a few KLL sketches per group (8 KB each): hash-aggregate up to
     # this many groups per task before sorting (Spark's default of 128 sorted every request
     # line of the bench log, a fifth more CPU for the aggregation).
     spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "2048")
+    # The copy's two parts are written side by side, not sorted by kind first.
+    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "2")
+    # The backstop for URLs, which prepare_inputs does not check: skip what cannot be read.
+    spark.conf.set("spark.sql.files.ignoreCorruptFiles", "true")
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
     out.mkdir(parents=True, exist_ok=True)
+    prepared = prepare_inputs(files, out / "_inputs")
     steps = len(QUESTIONS) + 5
     step = 0
 
@@ -259,50 +263,57 @@ def run_analysis(spark: SparkSession, files: Sequence[str], out: Path, *,
     stage(f"reading {len(files)} file(s)")
     jobs_before = _job_count(spark)
     # Only the fields the tables use are parsed and type-checked (docs/decisions.md).
-    lines = read_logs(spark, files, columns=analysed_columns())
+    lines = read_logs(spark, prepared.readable, columns=analysed_columns())
     keep = [FILE, BLOCK, PART, ROW, PROBLEM, TEXT, "event", "ts", *analysed_columns()]
-    # The one read of the input: parsed lines, cut to the analysed columns, written once as
-    # Parquet under --out (executors share it on a cluster) and read back, column-pruned, by
-    # the few jobs that need lines. Spark's in-memory cache instead: building the compressed
-    # column cache cost more CPU than the Parquet copy (docs/performance.md).
+    # The one read of the input: the parsed lines, cut to the analysed columns, written once
+    # as Parquet under --out (executors share it on a cluster) and read back, column-pruned,
+    # by the few jobs that need lines; split by kind (usable request lines, the rest) so the
+    # jobs over the few other lines read only their part. Spark's in-memory cache and a
+    # local checkpoint of the rows instead both cost more CPU (docs/performance.md).
     store = out / "_lines.parquet"
     cached: list[DataFrame] = []
     kind = F.when(F.col(PROBLEM).isNull() & (F.col("event") == "request"), F.lit("request")) \
         .otherwise(F.lit("other"))
+    copy = lines.select(*keep).withColumn(KIND, kind)
     try:
-        # Split by kind (usable request lines, the rest): the jobs over the few other lines
-        # read only their part. Without dictionary encoding: it cost more CPU than the
-        # parse's conversion of the kept fields (docs/performance.md).
-        (lines.select(*keep).withColumn(KIND, kind).write.mode("overwrite")
+        # Without dictionary encoding: it cost more CPU than the parse's conversion of the
+        # kept fields (docs/performance.md).
+        (copy.write.mode("overwrite")
          .partitionBy(KIND).option("parquet.enable.dictionary", "false").parquet(str(store)))
         stage("input read and parsed once (Parquet copy of the parsed lines)")
-        parsed = spark.read.parquet(str(store))
+        # Read back with the copy's schema: with no line at all (empty or no usable files)
+        # there is no Parquet file to infer one from.
+        parsed = spark.read.schema(copy.schema).parquet(str(store))
         events = with_service_time(valid_events(parsed, since, until), fetch_max_wait_ms)
         other = events.where(F.col(KIND) == "other").persist(StorageLevel.MEMORY_ONLY)
         requests = events.where(F.col(KIND) == "request")
-        grain = request_grain(requests).persist(StorageLevel.MEMORY_ONLY)
+        grain = request_grain(requests, slowest).persist(StorageLevel.MEMORY_ONLY)
         cached += [other, grain]
         # From here on, threads submit jobs at once: the line accounts run beside everything
         # else (they are needed only for the summary), the two caches fill side by side, and
         # one job's driver-side work and last tasks overlap another's tasks.
         with _table_shuffle(spark), ThreadPoolExecutor(
                 max_workers=4, thread_name_prefix="analyze") as pool:
-            accounting = pool.submit(account_lines, parsed, files, since, until)
+            accounting = pool.submit(account_lines, parsed, files, since, until,
+                                     prepared.display)
             # Filled once each before the table jobs run at once (they would all compute them).
             other_filled = pool.submit(other.count)
             groups = grain.count()
             other_filled.result()
             stage(f"requests aggregated once ({groups} broker x client x API x error groups)")
-            tables = _answer_all(pool, Inputs(events, other, grain), out, slowest, stage)
+            tables = _answer_all(pool, Inputs(requests, other, grain), out, slowest, stage)
             accounts = accounting.result()
     finally:
         for frame in cached:
             frame.unpersist()
+        shutil.rmtree(prepared.work, ignore_errors=True)
         shutil.rmtree(store, ignore_errors=True)
     jobs = _job_count(spark) - jobs_before
 
     stage("summary.json")
-    summary = build_summary(accounts, tables, files, since, until)
+    summary = build_summary(accounts, tables, files, since, until,
+                            unusable_files=prepared.unusable_files,
+                            schema_versions=accounts.schema_versions)
     summary["events_in_range"] = accounts.in_range
     summary["spark_jobs"] = jobs
     summary["fetch_max_wait_ms"] = fetch_max_wait_ms

@@ -3,6 +3,7 @@ reason and event, samples with file and line number."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,11 +31,28 @@ BLANK = "blank"
 REQUIRED_FIELDS: Mapping[str, tuple[str, ...]] = {
     name: spec.required for name, spec in EVENTS.items() if spec.required}
 _SAMPLE_CHARS = 160
+#: Samples kept per problem.
+_SAMPLES = 5
 #: The text kept of an unusable line (enough to name the field of the wrong type).
 _KEPT_CHARS = 8192
 WRONG_TYPE = "wrong type"
 #: JSON's whitespace within a line (Spark's trim functions take only spaces by default).
 _JSON_SPACE = " \t\r"
+#: A usable line's ``ts`` falls in these years (``bad timestamp`` otherwise): a broker writes
+#: no time before the Unix epoch, and Python's datetime (a collected table, the report) ends
+#: with year 9999. Spark parses a JSON number such as ``12345`` as that year.
+MIN_YEAR, MAX_YEAR = 1970, 9999
+#: Duration fields (milliseconds): NaN, infinite, negative or above :data:`MAX_MS` makes a line
+#: unusable, ``out of range: FIELD`` (the request's stages are added, from request_tables).
+DURATION_FIELDS: tuple[str, ...] = ("total_ms", "duration_ms", "muted_ms", "throttle_ms")
+#: The bound of a duration: 10^12 ms is about 31 years, beyond any real wait, yet far below
+#: where sums, averages and charts of such values overflow or lose all precision.
+MAX_MS = 1e12
+#: Byte counts: negative makes a line unusable, ``out of range: FIELD``. Not ``size`` of
+#: ``invalid_request``: that is the length a client's frame claimed, negative ones included
+#: (Kafka's ``InvalidReceiveException`` for a size below 0).
+BYTE_FIELDS: tuple[str, ...] = ("request_bytes", "response_bytes")
+OUT_OF_RANGE = "out of range"
 
 
 def read_logs(spark: SparkSession, files: Sequence[str],
@@ -102,16 +120,42 @@ def problem_column(fields: Sequence[str]) -> Column:
     # The first character is a cheap test; only a line not starting with "{" pays for the
     # ltrim (a valid object after spaces or a tab is a usable line, not a rare one).
     not_object_start = (F.substring(value, 1, 1) != "{") & ~F.ltrim(value, space).startswith("{")
+    ts = F.col("ts")
     expression = (F.when(corrupt | not_object_start, rare)
                   .when(event.isNull(), F.lit("not a broker event"))
                   .when(~known, F.lit("unknown event"))
                   .when(F.col("timestamp").isNull(), F.lit("missing field timestamp"))
-                  .when(F.col("ts").isNull(), F.lit("bad timestamp")))
+                  .when(ts.isNull(), F.lit("bad timestamp"))
+                  # Two comparisons of the timestamp's microseconds, no date arithmetic.
+                  .when((ts < _timestamp_literal(datetime(MIN_YEAR, 1, 1, tzinfo=UTC)))
+                        | (ts > _timestamp_literal(
+                            datetime(MAX_YEAR, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))),
+                        F.lit("bad timestamp")))
     for name, required in REQUIRED_FIELDS.items():
         for field in required:
             expression = expression.when((event == name) & F.col(field).isNull(),
                                          F.lit(f"missing field {field}"))
+    # One or two comparisons per field, each a test of a primitive value (a null field passes
+    # both). In Spark NaN is above every number: "> MAX_MS" catches NaN and +Infinity,
+    # "< 0" catches -Infinity.
+    present = set(fields)
+    for field in duration_fields():
+        if field in present:
+            value = F.col(field)
+            expression = expression.when((value < 0) | (value > MAX_MS),
+                                         F.lit(f"{OUT_OF_RANGE}: {field}"))
+    for field in BYTE_FIELDS:
+        if field in present:
+            expression = expression.when(F.col(field) < 0, F.lit(f"{OUT_OF_RANGE}: {field}"))
     return expression
+
+
+def duration_fields() -> tuple[str, ...]:
+    """The fields :func:`problem_column` range-checks as durations: the request's stages and
+    :data:`DURATION_FIELDS`."""
+    from .request_tables import STAGES  # request_tables imports this module
+
+    return tuple(dict.fromkeys((*STAGES, *DURATION_FIELDS)))
 
 
 def wrong_field_column(text: Column) -> Column:
@@ -182,6 +226,11 @@ def _key(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
+def _has_scheme(name: str) -> bool:
+    """Whether an input is a URL (``hdfs://``, ``file://``...) rather than a local path."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", name) is not None
+
+
 def _display_path(uri: str) -> str:
     from urllib.parse import unquote, urlparse
 
@@ -198,31 +247,54 @@ class LineAccounts:
     usable_by_file: dict[str, int]
     #: Usable lines per event within ``--since``/``--until`` (events with none left out).
     in_range: dict[str, int] = attrs.field(factory=dict)
+    #: Usable lines per ``schema_version`` (``(none)`` for lines without one).
+    schema_versions: dict[str, int] = attrs.field(factory=dict)
 
 
 def account_lines(lines: DataFrame, files: Sequence[str], since: datetime | None = None,
-                  until: datetime | None = None) -> LineAccounts:
+                  until: datetime | None = None,
+                  display: Mapping[str, str] | None = None) -> LineAccounts:
     """Counts per (problem, event), up to 5 ``file:line`` samples per problem, usable lines per
     file and per event within ``since``/``until``. Line numbers come from each split's first
     row id and the line counts of the splits before it in the same file (rows of a split are
-    contiguous in its partition)."""
+    contiguous in its partition).
+
+    With ``display`` (:attr:`inputs.PreparedInputs.display`: Spark's name of a file -> the
+    caller's), files are named as the caller named them, and ``files`` are the caller's names.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
+    def shown(uri: str) -> str:
+        return _display_path(uri) if display is None else display.get(uri, _display_path(uri))
 
     in_range = F.col(PROBLEM).isNull()
     if since is not None:
         in_range &= F.col("ts") >= _timestamp_literal(since)
     if until is not None:
         in_range &= F.col("ts") < _timestamp_literal(until)
-    counted = lines.groupBy(PROBLEM, "event", PART, FILE, BLOCK).agg(
+    version = (F.col("schema_version").cast("string") if "schema_version" in lines.columns
+               else F.lit(None).cast("string"))
+    bad = F.col(PROBLEM).isNotNull() & (F.col(PROBLEM) != BLANK)
+    # Built for unusable lines only: a null ordering skips a usable line at no cost.
+    sample = F.when(bad, F.struct(F.col(ROW).alias(ROW),
+                                  F.substring(F.col(TEXT), 1, _SAMPLE_CHARS).alias(TEXT)))
+    # One job: the counts, and each group's first lines as samples (groups are few: a
+    # problem x event x split; unusable lines are rare, so no other pass looks for them).
+    counted = lines.groupBy(PROBLEM, "event", PART, FILE, BLOCK,
+                            version.alias("_version")).agg(
         F.count(F.lit(1)).alias("n"), F.min(ROW).alias("first_row"),
         iso_utc(F.min("ts")).alias("first"), iso_utc(F.max("ts")).alias("last"),
-        F.count(F.when(in_range, 1)).alias("in_range")).collect()
+        F.count(F.when(in_range, 1)).alias("in_range"),
+        F.min_by(sample, F.when(bad, F.col(ROW)), _SAMPLES).alias("_samples")).collect()
     events_in_range: dict[str, int] = {}
+    versions: dict[str, int] = {}
     for row in counted:
         if row["in_range"]:
             name = _key(row["event"])
             events_in_range[name] = events_in_range.get(name, 0) + row["in_range"]
+        if row[PROBLEM] is None:
+            versions[_key(row["_version"])] = versions.get(_key(row["_version"]), 0) + row["n"]
     merged: dict[tuple[Any, Any], dict[str, Any]] = {}
     split_rows: dict[tuple[int, str, int], dict[str, Any]] = {}
     for row in counted:
@@ -241,24 +313,32 @@ def account_lines(lines: DataFrame, files: Sequence[str], since: datetime | None
             split["usable"] += row["n"]
     overview = list(merged.values())
     splits = list(split_rows.values())
-    bad = lines.where(F.col(PROBLEM).isNotNull() & (F.col(PROBLEM) != BLANK))
+    # Samples: (problem, file, block, row, part, text, event), the first five of each problem.
+    found = [(row[PROBLEM], row[FILE], row[BLOCK], line[ROW], row[PART], line[TEXT],
+              row["event"]) for row in counted for line in (row["_samples"] or [])]
     if any(entry[PROBLEM] == WRONG_TYPE for entry in overview):
-        # Name the wrong field, for those lines only, and count them per field.
-        bad = bad.withColumn(PROBLEM, F.when(F.col(PROBLEM) == WRONG_TYPE,
-                                             wrong_field_column(F.col(TEXT)))
-                             .otherwise(F.col(PROBLEM)))
-        refined = bad.where(F.col(PROBLEM).startswith(WRONG_TYPE)).groupBy(PROBLEM, "event") \
-            .count().collect()
+        # Name the wrong field, for those lines only (rare: a second pass over them alone),
+        # and count them per field.
+        wrong = (lines.where(F.col(PROBLEM) == WRONG_TYPE)
+                 .withColumn(PROBLEM, wrong_field_column(F.col(TEXT))))
+        refined = wrong.groupBy(PROBLEM, "event").count().collect()
         overview = [entry for entry in overview if entry[PROBLEM] != WRONG_TYPE]
         overview += [{PROBLEM: row[PROBLEM], "event": row["event"], "n": row["count"],
                       "first": None, "last": None} for row in refined]
-    order = Window.partitionBy(PROBLEM).orderBy(FILE, BLOCK, ROW)
-    picked = (bad.select(PROBLEM, FILE, BLOCK, PART, ROW,
-                         F.substring(F.col(TEXT), 1, _SAMPLE_CHARS).alias(TEXT), "event")
-              .withColumn("_n", F.row_number().over(order))
-              .where(F.col("_n") <= 5).orderBy(PROBLEM, "_n").collect())
+        order = Window.partitionBy(PROBLEM).orderBy(FILE, BLOCK, ROW)
+        found = [entry for entry in found if entry[0] != WRONG_TYPE] + [
+            (row[PROBLEM], row[FILE], row[BLOCK], row[ROW], row[PART], row[TEXT], row["event"])
+            for row in (wrong.select(PROBLEM, FILE, BLOCK, PART, ROW, "event",
+                                     F.substring(F.col(TEXT), 1, _SAMPLE_CHARS).alias(TEXT))
+                        .withColumn("_n", F.row_number().over(order))
+                        .where(F.col("_n") <= _SAMPLES).collect())]
+    picked: list[tuple[Any, ...]] = []
+    for problem in sorted({entry[0] for entry in found}):
+        picked += sorted((e for e in found if e[0] == problem),
+                         key=lambda e: (e[1], e[2], e[3]))[:_SAMPLES]
     first_line: dict[tuple[int, str, int], tuple[int, int]] = {}
-    usable_by_file: dict[str, int] = {_display_path(f): 0 for f in files}
+    usable_by_file: dict[str, int] = {
+        _display_path(f) if display is None or _has_scheme(f) else f: 0 for f in files}
     by_file: dict[str, list[Any]] = {}
     for split in splits:
         by_file.setdefault(split[FILE], []).append(split)
@@ -267,15 +347,14 @@ def account_lines(lines: DataFrame, files: Sequence[str], since: datetime | None
         for split in sorted(parts, key=lambda r: r[BLOCK]):
             first_line[(split[PART], file, split[BLOCK])] = (before, split["first_row"])
             before += split["n"]
-        name = _display_path(file)
+        name = shown(file)
         usable_by_file[name] = usable_by_file.get(name, 0) + sum(p["usable"] for p in parts)
     samples: dict[str, list[str]] = {}
-    for row in picked:
-        before, first_row = first_line.get((row[PART], row[FILE], row[BLOCK]), (0, row[ROW]))
-        number = before + row[ROW] - first_row + 1
-        text = row[TEXT] or ""
-        label = row[PROBLEM]
+    for label, file, block, row_id, part, text, event in picked:
+        before, first_row = first_line.get((part, file, block), (0, row_id))
+        number = before + row_id - first_row + 1
+        text = text or ""
         if label == "unknown event":
-            text = f"event {row['event']!r}: {text}"
-        samples.setdefault(label, []).append(f"{_display_path(row[FILE])}:{number}: {text}")
-    return LineAccounts(overview, samples, usable_by_file, events_in_range)
+            text = f"event {event!r}: {text}"
+        samples.setdefault(label, []).append(f"{shown(file)}:{number}: {text}")
+    return LineAccounts(overview, samples, usable_by_file, events_in_range, versions)

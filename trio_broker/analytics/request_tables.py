@@ -31,6 +31,8 @@ HEADLINE_METHOD = "exact (percentile_disc, nearest rank)"
 DEFAULT_FETCH_MAX_WAIT_MS = 500.0
 #: APIs whose ``remote_ms`` is a wait for the group's rebalance.
 REBALANCE_WAIT_APIS = ("JoinGroup", "SyncGroup")
+#: The error of a SaslAuthenticate answered after the deliberate failed-login delay.
+FAILED_LOGIN_ERROR = "SASL_AUTHENTICATION_FAILED"
 
 #: Error names that mean success on a request line.
 _NO_ERROR = ("NONE", "")
@@ -77,14 +79,17 @@ def expected_wait_column(fetch_max_wait_ms: float = DEFAULT_FETCH_MAX_WAIT_MS) -
 
     A Fetch waits in purgatory (``remote_ms``) for data up to the consumer's max wait
     (``fetch.max.wait.ms``, not on the request line: ``fetch_max_wait_ms`` stands for it); a
-    JoinGroup or SyncGroup waits (``remote_ms``) for the rest of the group to rebalance.
+    JoinGroup or SyncGroup waits (``remote_ms``) for the rest of the group to rebalance; a
+    failed SaslAuthenticate is answered after ``connection.failed.authentication.delay.ms``
+    on purpose (``remote_ms``), which slows down password guessing, not the broker.
     """
     from pyspark.sql import functions as F
 
     api = F.col("api")
     remote = F.coalesce(F.col("remote_ms"), F.lit(0.0))
+    failed_login = (api == "SaslAuthenticate") & (F.col("error") == FAILED_LOGIN_ERROR)
     return (F.when(api == "Fetch", F.least(remote, F.lit(float(fetch_max_wait_ms))))
-            .when(api.isin(*REBALANCE_WAIT_APIS), remote)
+            .when(api.isin(*REBALANCE_WAIT_APIS) | failed_login, remote)
             .otherwise(F.lit(0.0)))
 
 
@@ -111,12 +116,14 @@ LATENCY_COLUMNS = ("total_ms", "service_ms", *STAGES)
 _HLL_LG_K = 14
 
 
-def request_grain(events: DataFrame) -> DataFrame:
+def request_grain(events: DataFrame, slowest: int = 0) -> DataFrame:
     """The request lines aggregated once, per broker, client id, API and error code: counts,
     bytes, sums and maxima of every time, first and last time, throttled requests, the client's
-    software, a KLL sketch per time column (:data:`KLL_K`) and a HyperLogLog sketch of the
-    connection ids. Every per-API, per-client and per-error table is merged from these rows
-    (a few hundred, cached), so the request lines are aggregated once for all of them."""
+    software, a KLL sketch per time column (:data:`KLL_K`), a HyperLogLog sketch of the
+    connection ids and, with ``slowest``, the group's ``slowest`` slowest lines (``_slowest``,
+    :func:`slowest_requests`). Every per-API, per-client and per-error table is merged from
+    these rows (a few hundred, cached), so the request lines are aggregated once for all of
+    them."""
     from pyspark.sql import functions as F
 
     throttled = F.col("throttle_ms") > 0
@@ -136,6 +143,10 @@ def request_grain(events: DataFrame) -> DataFrame:
         aggregates += [F.kll_sketch_agg_double(F.col(column), KLL_K).alias(f"_kll_{column}"),
                        F.max(column).alias(f"max_{column}"),
                        F.sum(column).alias(f"_sum_{column}")]
+    if slowest > 0:
+        # The global top is within the union of every group's top: no line is kept twice.
+        aggregates.append(F.max_by(F.struct(*SLOWEST_COLUMNS), _slowness(), slowest)
+                          .alias("_slowest"))
     return of_event(events, "request").groupBy("broker", "client_id", "api", "error") \
         .agg(*aggregates)
 
@@ -275,6 +286,19 @@ def errors_by_code(grain: DataFrame) -> DataFrame:
             .orderBy(F.desc("count"), F.asc_nulls_last("api"), F.asc_nulls_last("error")))
 
 
+def errors_by_client(grain: DataFrame) -> DataFrame:
+    """Which clients got which error: failed requests per client id, API and error code, with
+    the first and last time (most first)."""
+    from pyspark.sql import functions as F
+
+    return (grain.where(_is_error())
+            .groupBy("client_id", "api", "error")
+            .agg(F.sum("requests").alias("count"),
+                 F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen"))
+            .orderBy(F.desc("count"), F.asc_nulls_last("client_id"), F.asc_nulls_last("api"),
+                     F.asc_nulls_last("error")))
+
+
 def _pct_label(pct: float) -> str:
     return f"{pct * 100:g}".replace(".", "_")
 
@@ -291,21 +315,29 @@ def dominant_stage_column() -> Column:
     return expression
 
 
-def service_bound(grain: DataFrame, limit: int) -> float | None:
-    """A lower bound of the ``limit``-th largest ``service_ms`` of the request lines, from the
-    per-group maxima of :func:`request_grain`: the ``limit``-th largest group maximum, or None
-    when fewer than ``limit`` groups have one.
+#: The columns of a slowest request (before its dominant stage and ``waited`` are added).
+SLOWEST_COLUMNS = ("ts", "broker", "api", "api_version", "correlation_id", "client_id",
+                   "connection_id", "error", "request_bytes", "response_bytes", "service_ms",
+                   "expected_wait_ms", "total_ms", *STAGES)
 
-    Each of those ``limit`` groups has a line at its maximum, so at least ``limit`` lines have
-    a service time at or above the bound: every line of the top ``limit`` (ties included) does.
-    """
+
+def _slowness() -> Column:
+    """What ranks a request among the slowest, largest first: service time, then total time
+    (nulls last, as a struct orders a null field below any value), then the earlier line."""
     from pyspark.sql import functions as F
 
-    if limit <= 0:
-        return None
-    maxima = [row[0] for row in grain.where(F.col("max_service_ms").isNotNull())
-              .select("max_service_ms").orderBy(F.desc("max_service_ms")).limit(limit).collect()]
-    return maxima[-1] if len(maxima) == limit else None
+    return F.struct(F.col("service_ms"), F.col("total_ms"), -F.unix_micros(F.col("ts")))
+
+
+def _slowest_columns(frame: DataFrame, limit: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    waited = F.col("expected_wait_ms") > F.col("service_ms")
+    # Ordered and cut first: the dominant stage is then worked out for the kept rows only.
+    return (frame.orderBy(F.desc_nulls_last("service_ms"), F.desc_nulls_last("total_ms"), "ts")
+            .limit(limit)
+            .select(*SLOWEST_COLUMNS, dominant_stage_column().alias("dominant_stage"),
+                    F.coalesce(waited, F.lit(False)).alias("waited")))
 
 
 def slowest_requests(events: DataFrame, limit: int = 50,
@@ -314,28 +346,15 @@ def slowest_requests(events: DataFrame, limit: int = 50,
     :func:`expected_wait_column`), with the stage that dominated each one's total time;
     ``waited`` flags a request whose expected wait is most of its total time.
 
-    With ``grain`` (:func:`request_grain` of the same lines), only the lines at or above
-    :func:`service_bound` are ordered: the same rows, fewer of them kept for the top ``limit``.
+    With ``grain`` (:func:`request_grain` of the same lines with ``slowest`` >= ``limit``),
+    they are taken from the groups' own slowest lines, and ``events`` is not read again.
     """
     from pyspark.sql import functions as F
 
-    waited = F.col("expected_wait_ms") > F.col("service_ms")
-    requests = of_event(events, "request")
-    bound = service_bound(grain, limit) if grain is not None else None
-    if bound is not None:
-        requests = requests.where(F.col("service_ms") >= F.lit(bound))
-    # Ordered and cut first: the dominant stage is then worked out for the kept rows only.
-    return (requests
-            .select("ts", "broker", "api", "api_version", "correlation_id", "client_id",
-                    "connection_id", "error", "request_bytes", "response_bytes", "service_ms",
-                    "expected_wait_ms", "total_ms", *STAGES)
-            .orderBy(F.desc_nulls_last("service_ms"), F.desc_nulls_last("total_ms"), "ts")
-            .limit(limit)
-            .select("ts", "broker", "api", "api_version", "correlation_id", "client_id",
-                    "connection_id", "error", "request_bytes", "response_bytes", "service_ms",
-                    "expected_wait_ms", "total_ms", *STAGES,
-                    dominant_stage_column().alias("dominant_stage"),
-                    F.coalesce(waited, F.lit(False)).alias("waited")))
+    if grain is not None:
+        kept = grain.select(F.explode("_slowest").alias("_line")).select("_line.*")
+        return _slowest_columns(kept, limit)
+    return _slowest_columns(of_event(events, "request").select(*SLOWEST_COLUMNS), limit)
 
 
 #: Relative standard error of ``top_clients``' count of distinct connections per client

@@ -197,7 +197,12 @@ class LogTailer:
             self._spool(rest)
 
 
-def minute_aggregates(lines: DataFrame, watermark: str = "10 minutes") -> DataFrame:
+#: How late a line may arrive (behind the latest event time seen) and still update its minute:
+#: a later one is dropped by Spark's watermark, and counted (:class:`LateRows`).
+LATE_CUTOFF = "10 minutes"
+
+
+def minute_aggregates(lines: DataFrame, watermark: str = LATE_CUTOFF) -> DataFrame:
     """Per-minute, per-broker aggregates of a (streaming) DataFrame of log lines.
 
     Malformed lines have no event time; they are counted in the minute they were read.
@@ -265,13 +270,38 @@ def parquet_sink(out: Path) -> BatchHandler:
     return write
 
 
+@attrs.define
+class LateRows:
+    """Lines dropped as later than :data:`LATE_CUTOFF`, summed over the query's progress
+    reports (Spark's ``numRowsDroppedByWatermark``), each micro-batch counted once."""
+
+    dropped: int = 0
+    _seen: set[int] = attrs.field(factory=set)
+
+    def update(self, query: Any) -> int:
+        """Add the batches reported since the last call; returns the total so far. Called more
+        often than Spark's report buffer (100 batches) fills, so none is missed."""
+        for report in query.recentProgress:
+            batch = report.batchId
+            if batch in self._seen:
+                continue
+            self._seen.add(batch)
+            self.dropped += sum(operator.numRowsDroppedByWatermark
+                                for operator in report.stateOperators)
+        return self.dropped
+
+
 def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchHandler,
            trigger_seconds: float = 5.0, stop: threading.Event | None = None,
            timeout: float | None = None, from_start: bool = True,
-           progress: Callable[[str], None] | None = None) -> int:
+           progress: Callable[[str], None] | None = None,
+           late: LateRows | None = None) -> int:
     """Run the streaming job until ``stop`` is set, ``timeout`` passes, or Ctrl-C.
 
     ``work`` holds the spool of chunk files and the checkpoint. Returns the lines spooled.
+    A line whose event time is more than :data:`LATE_CUTOFF` behind the latest one seen when
+    it arrives is dropped by the watermark and counted: the progress lines and the last one
+    say how many (``late``, when given, receives the count).
     """
     from pyspark.sql import functions as F
 
@@ -281,6 +311,7 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
     poll_interval = min(1.0, max(trigger_seconds / 2, 0.1))
     polling = threading.Event()
     batches = 0
+    late_rows = late if late is not None else LateRows()
 
     def poll_until_stopped() -> None:
         # Its own thread: starting the query takes seconds, and the live file must be followed
@@ -296,7 +327,7 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
         batches += 1
         if progress is not None:
             progress(f"batch {batch_id}: {tailer.lines} line(s) followed from {directory} "
-                     "so far")
+                     f"so far, {late_rows.dropped} dropped as late")
 
     tailer.poll()  # open the files (and spool what they hold) before Spark lists the spool
     poller = threading.Thread(target=poll_until_stopped, name="trio-broker-follow", daemon=True)
@@ -320,11 +351,13 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
             if deadline is not None and time.monotonic() >= deadline:
                 break
             stop_event.wait(poll_interval)
+            late_rows.update(query)
         polling.set()
         poller.join()
         tailer.close()  # the last lines, a torn one included
         if query.isActive:
             query.processAllAvailable()
+            late_rows.update(query)
     except KeyboardInterrupt:
         pass
     finally:
@@ -335,7 +368,8 @@ def follow(spark: SparkSession, directory: Path, *, work: Path, on_batch: BatchH
             query.stop()
         if progress is not None:
             progress(f"stopped: {tailer.lines} line(s) followed from {directory} in "
-                     f"{batches} batch(es)")
+                     f"{batches} batch(es); {late_rows.dropped} line(s) dropped as later than "
+                     f"{LATE_CUTOFF} behind the newest")
     exception = query.exception() if query is not None else None
     if exception is not None:
         raise RuntimeError(f"the streaming query failed: {exception}")

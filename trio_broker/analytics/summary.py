@@ -22,8 +22,16 @@ def _latency(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, Any]]],
                   files: Sequence[str], since: datetime | None,
-                  until: datetime | None) -> dict[str, Any]:
-    """The machine-readable answers: counts per question plus the data-quality figures."""
+                  until: datetime | None, *,
+                  unusable_files: Mapping[str, str] | None = None,
+                  schema_versions: Mapping[Any, int] | None = None) -> dict[str, Any]:
+    """The machine-readable answers: counts per question plus the data-quality figures.
+
+    ``unusable_files`` (a file -> why it was not read; :func:`inputs.prepare_inputs`) becomes
+    ``unusable_files`` and one warning per file. ``schema_versions`` (lines per
+    ``schema_version`` field value) adds a warning when lines carry another version than this
+    reader's :data:`SCHEMA_VERSION`; without it nothing is said about versions.
+    """
     lines_total = 0
     unusable: dict[str, dict[str, Any]] = {}
     unknown: dict[str, int] = {}
@@ -49,8 +57,20 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
             last = row["last"]
     for problem, entry in unusable.items():
         entry["samples"] = accounts.samples.get(problem, [])
-    warnings = [f"{name}: no broker events in this file"
-                for name, usable in accounts.usable_by_file.items() if not usable]
+    skipped = dict(unusable_files or {})
+    warnings = [f"{name}: not read: {why}" for name, why in skipped.items()]
+    warnings += [f"{name}: no broker events in this file"
+                 for name, usable in accounts.usable_by_file.items()
+                 if not usable and name not in skipped]
+    other_versions = {_key(version): int(count)
+                      for version, count in (schema_versions or {}).items()
+                      if count and _key(version) not in ("(none)", str(SCHEMA_VERSION))}
+    if other_versions:
+        lines_by_version = ", ".join(f"{count:,} with version {version}"
+                                     for version, count in sorted(other_versions.items()))
+        warnings.append(f"lines of another schema_version than this reader's "
+                        f"({SCHEMA_VERSION}): {lines_by_version}; fields it does not know are "
+                        f"not read, and may be missing or mean something else")
 
     requests = tables["latency_by_api"]
     rejected = tables["rejected_connections"]
@@ -62,11 +82,13 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
                             (row["listener"], rejected_by_listener)):
             label = _key(key)
             target[label] = target.get(label, 0) + int(row["count"])
-    timeline = tables["metrics_timeline"]
-    idle = [r["network_processor_avg_idle_percent"] for r in timeline
+    timeline = tables["metrics_timeline"]  # per minute and broker
+    idle = [(r["network_processor_avg_idle_percent"], int(r["snapshots"]),
+             r["min_network_processor_avg_idle_percent"]) for r in timeline
             if r.get("network_processor_avg_idle_percent") is not None]
-    queue_sizes = [r["request_queue_size"] for r in timeline
-                   if r.get("request_queue_size") is not None]
+    queue_sizes = [r["max_request_queue_size"] for r in timeline
+                   if r.get("max_request_queue_size") is not None]
+    snapshots = sum(int(r["snapshots"]) for r in timeline)
     throttled = tables["throttled_clients"]
     rebalances = {_key(r["group_id"]): int(r["rebalances"])
                   for r in tables["group_rebalances"] if r["rebalances"]}
@@ -91,6 +113,7 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
         "usable_lines": lines_total - sum(e["count"] for e in unusable.values()),
         "unusable_lines": sum(e["count"] for e in unusable.values()),
         "unusable": dict(sorted(unusable.items())),
+        "unusable_files": dict(sorted(skipped.items())),
         "warnings": warnings,
         "time_range": {"first": jsonable(first), "last": jsonable(last)},
         "events_by_name": dict(sorted(events_by_name.items())),
@@ -131,10 +154,11 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
         "mutes_by_reason": {_key(r["reason"]): int(r["mutes"])
                             for r in tables["mutes_by_reason"] if r["mutes"]},
         "network_processor_idle_percent": {
-            "min": min(idle) if idle else None,
-            "avg": sum(idle) / len(idle) if idle else None},
+            "min": min(low for _, _, low in idle) if idle else None,
+            "avg": (sum(avg * n for avg, n, _ in idle) / sum(n for _, n, _ in idle)
+                    if idle else None)},
         "max_request_queue_size": max(queue_sizes) if queue_sizes else None,
-        "metrics_snapshots": len(timeline),
+        "metrics_snapshots": snapshots,
         "top_clients": [{"client_id": r["client_id"], "requests": r["requests"],
                          "total_bytes": r["total_bytes"]} for r in tables["top_clients"][:10]],
         "throttled_clients": {_key(r["client_id"]): r["total_throttle_ms"] for r in throttled},

@@ -36,7 +36,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question("saturation_by_minute", "Requests are slow although the handlers are fine (slow I/O)",
              "Per minute: network processor and handler idle percent, mutes and throttles."),
     Question("metrics_timeline", "Requests are slow although the handlers are fine (slow I/O)",
-             "Every metrics_snapshot: queue sizes, idle percent, memory pool, connections."),
+             "Per minute: metrics_snapshot's queue sizes, idle percent, memory pool and "
+             "connections (average, lowest, highest)."),
     Question("mutes_by_reason", "Requests are slow although the handlers are fine (slow I/O)",
              "How often connections stopped reading, why, and for how long."),
     Question("request_queue_by_minute", "Requests enter slowly and the handlers are idle "
@@ -53,6 +54,8 @@ QUESTIONS: tuple[Question, ...] = (
              "Per client id and API: p50/p95/p99 of total and service time."),
     Question("errors_by_code", "Requests fail",
              "Failed requests by API and error code."),
+    Question("errors_by_client", "Requests fail",
+             "Which clients got which error: failed requests by client id, API and code."),
     Question("invalid_frames", "Clients send frames the broker refuses",
              "Invalid frames (invalid_request) by reason and peer."),
     Question("connection_churn_by_minute", "Clients connect and disconnect too often",
@@ -100,10 +103,22 @@ def closed_connections(events: DataFrame) -> DataFrame:
 
 
 def metrics_timeline(events: DataFrame) -> DataFrame:
-    """Every ``metrics_snapshot`` in time order (one row per broker per snapshot)."""
-    snapshot_fields = [f for f in EVENTS["metrics_snapshot"].fields]
+    """The ``metrics_snapshot`` gauges per minute and broker (``ts`` is the minute): how many
+    snapshots, each gauge's average under its own name, and its ``min_``/``max_``.
+
+    Per minute rather than per snapshot: the table reaches the driver, and a broker writes a
+    snapshot every few seconds, so one row per snapshot grew with the log (345,000 rows for
+    2,000,000 lines of the bench log); a minute per row grows only with the time it spans.
+    """
+    from pyspark.sql import functions as F
+
+    aggregates = [F.count(F.lit(1)).alias("snapshots")]
+    for field in EVENTS["metrics_snapshot"].fields:
+        aggregates += [F.avg(field).alias(field), F.min(field).alias(f"min_{field}"),
+                       F.max(field).alias(f"max_{field}")]
     return (of_event(events, "metrics_snapshot")
-            .select("ts", "broker", *snapshot_fields)
+            .groupBy(F.date_trunc("minute", F.col("ts")).alias("ts"), "broker")
+            .agg(*aggregates)
             .orderBy("ts", "broker"))
 
 
@@ -192,12 +207,17 @@ def throttled_clients(events: DataFrame, grain: DataFrame) -> DataFrame:
 
     One throttle shows twice: as a ``throttle_started`` event and as the ``throttle_ms`` of the
     request's line (counted in ``grain``, :func:`request_grain`); ``total_throttle_ms`` takes
-    the larger of the two sums, never their total.
+    the larger of the two sums, never their total. ``throttles_ended`` counts the
+    ``throttle_ended`` events: the connection reading again (its unmute) after the throttle
+    time; fewer than ``throttle_events`` means throttles still running when the log ended.
     """
     from pyspark.sql import functions as F
 
-    started = (of_event(events, "throttle_started").groupBy("client_id")
-               .agg(F.count(F.lit(1)).alias("throttle_events"),
+    ended = F.col("event") == "throttle_ended"
+    started = (events.where(F.col("event").isin("throttle_started", "throttle_ended"))
+               .groupBy("client_id")
+               .agg(F.count(F.when(~ended, 1)).alias("throttle_events"),
+                    F.count(F.when(ended, 1)).alias("throttles_ended"),
                     F.sum("throttle_ms").alias("throttle_event_ms"),
                     F.max("throttle_ms").alias("max_throttle_ms"),
                     F.sort_array(F.collect_set("user")).alias("users"),
@@ -208,7 +228,7 @@ def throttled_clients(events: DataFrame, grain: DataFrame) -> DataFrame:
     joined = started.join(on_requests, "client_id", "full_outer")
     total = F.greatest(F.coalesce(F.col("throttle_event_ms"), F.lit(0.0)),
                        F.coalesce(F.col("request_throttle_ms"), F.lit(0.0)))
-    return (joined.fillna(0, subset=["throttle_events", "throttled_requests"])
+    return (joined.fillna(0, subset=["throttle_events", "throttles_ended", "throttled_requests"])
             .withColumn("total_throttle_ms", total)
             .orderBy(F.desc("total_throttle_ms"), "client_id"))
 
@@ -332,7 +352,7 @@ _REBALANCE_EVENTS = ("rebalance_started", "consumer_group_epoch_bumped")
 #: (a wide cache costs more to build than the parse). A question reading another field must
 #: add it here.
 ANALYSED_COLUMNS: tuple[str, ...] = (
-    "broker", "connection_id", "listener", "peer", "ip", "reason", "detail", "limit",
+    "schema_version", "broker", "connection_id", "listener", "peer", "ip", "reason", "detail", "limit",
     "requests", "duration_ms", "inflight", "muted_ms", "size", "api", "api_key", "api_version",
     "correlation_id", "client_id", "client_software_name", "client_software_version",
     "request_bytes", "response_bytes", "error", *STAGES, "total_ms", "quota_type", "user",
