@@ -446,6 +446,50 @@ def test_open_transactions_survive_a_restart_through_snapshots_and_replay(
         lm.close()
 
 
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_the_lso_of_an_open_transaction_is_its_first_offset(tmp_path: Path, end: str) -> None:
+    """The LSO of an open transaction is the first offset of its FIRST batch, not of its
+    latest one: later batches of the same transaction (with other data between) must not move
+    it, or read_committed consumers would read its earlier, undecided records. After a crash
+    (replay) it is still there; the marker frees it, past the marker."""
+    from trio_broker.storage.txn_index import build_marker
+
+    def plain(*values: bytes) -> bytes:
+        return rb.build_batch([(None, v, (), 1_700_000_000_000) for v in values])
+
+    config, lm, log = _one_partition(tmp_path)
+    try:
+        assert log.append(plain(b"p0", b"p1")).base_offset == 0      # 0-1, no transaction
+        assert log.last_stable_offset == log.high_watermark == 2
+        assert log.append(_txn(7, b"t0", b"t1")).base_offset == 2    # 2-3, producer 7 opens
+        assert (log.last_stable_offset, log.high_watermark) == (2, 4)
+        assert log.append(plain(b"p2")).base_offset == 4             # 4
+        assert log.append(_txn(7, b"t2", seq=2)).base_offset == 5    # 5, same transaction
+        assert (log.last_stable_offset, log.high_watermark) == (2, 6)
+        assert log.append(_txn(7, b"t3", b"t4", seq=3)).base_offset == 6  # 6-7, same
+        assert (log.last_stable_offset, log.high_watermark) == (2, 8)
+        assert log.producer_state.ongoing_txns == {7: 2}
+        assert log.read(0, 1 << 20).last_stable_offset == 2
+        # A crash: the producer state is rebuilt by replaying the batches.
+        log.flush_sync()
+        for partition_log in lm.all_partitions():
+            partition_log.close()
+        lm._release_lock()
+        lm = LogManager(config)
+        lm.open()
+        log = lm.get_partition("t", 0)
+        assert log is not None
+        assert (log.last_stable_offset, log.high_watermark) == (2, 8)
+        log.append(build_marker(7, 0, end == "commit", 1), from_client=False,
+                   producer_check=False)                              # 8, the marker
+        assert log.last_stable_offset == log.high_watermark == 9
+        assert log.producer_state.ongoing_txns == {}
+        aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in log.txn_index.aborted]
+        assert aborted == ([(7, 2, 8)] if end == "abort" else [])
+    finally:
+        lm.close()
+
+
 async def test_compaction_respects_aborted_and_open_transactions(tmp_path: Path) -> None:
     """The cleaner cleans only below the LSO, and an aborted record never makes the committed
     record of its key obsolete (Kafka's cleaner drops aborted data; here it is kept and

@@ -435,6 +435,53 @@ async def test_idempotent_duplicates_and_sequence_errors(tmp_path: Path) -> None
     lm.close()
 
 
+async def test_a_batch_of_a_new_epoch_is_never_taken_for_a_duplicate(tmp_path: Path) -> None:
+    """Duplicate detection compares the producer epoch: after a bump (a restart, a recovery)
+    the producer starts again at sequence 0, and its first batches cover the same sequence
+    ranges as batches of the old epoch. Answering them as retries (the old offsets, nothing
+    written) would acknowledge records that were never stored. Batches of several records, so
+    the ranges really coincide (a one-record batch at sequence 0 matches no earlier batch)."""
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    pid = lm.allocate_producer_id()
+
+    def produce(epoch: int, seq: int, *values: bytes) -> bytes:
+        return batch(list(values), producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    def log_end() -> int:
+        log = lm.get_partition("t", 0)
+        assert log is not None
+        return log.log_end_offset
+
+    old = [produce(0, 0, b"a0", b"a1", b"a2"), produce(0, 3, b"b0", b"b1"),
+           produce(0, 5, b"c0", b"c1", b"c2")]
+    assert [(await lm.append("t", 0, b)).base_offset for b in old] == [0, 3, 5]
+    assert log_end() == 8
+    # Within the epoch a retry is a duplicate (what a new epoch must not be taken for).
+    retry = await lm.append("t", 0, old[0])
+    assert (retry.base_offset, retry.duplicate, log_end()) == (0, True, 8)
+
+    # Epoch 1: the same sequence ranges and record counts as old[0] and old[1], new records.
+    first = await lm.append("t", 0, produce(1, 0, b"d0", b"d1", b"d2"))
+    assert (first.base_offset, first.duplicate) == (8, False)
+    assert log_end() == 11
+    second = await lm.append("t", 0, produce(1, 3, b"e0", b"e1"))
+    assert (second.base_offset, second.duplicate) == (11, False)
+    assert log_end() == 13
+    # Now a retry of the new epoch's first batch is the duplicate, answered with ITS offsets.
+    again = await lm.append("t", 0, produce(1, 0, b"d0", b"d1", b"d2"))
+    assert (again.base_offset, again.duplicate, log_end()) == (8, True, 13)
+    assert read_all(lm, "t")[8:] == [(8, b"d0"), (9, b"d1"), (10, b"d2"),
+                                     (11, b"e0"), (12, b"e1")]
+
+    # The same after a crash (state rebuilt from the log): epoch 2 repeats epoch 1's ranges.
+    lm = reopen(lm, after_crash=True)
+    third = await lm.append("t", 0, produce(2, 0, b"f0", b"f1", b"f2"))
+    assert (third.base_offset, third.duplicate, log_end()) == (13, False, 16)
+    assert read_all(lm, "t")[13:] == [(13, b"f0"), (14, b"f1"), (15, b"f2")]
+    lm.close()
+
+
 async def test_flush_policy_advances_the_recovery_point(tmp_path: Path) -> None:
     lm = make(tmp_path, log_flush_interval_messages="2")
     lm.create_topic("t", 1)
