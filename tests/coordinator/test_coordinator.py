@@ -5,16 +5,27 @@ Each test drives a real GroupCoordinator (over the real LogManager) the way the 
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from kio.schema.consumer_protocol_subscription.v3.data import (
+    ConsumerProtocolSubscription,
+)
+from kio.schema.consumer_protocol_subscription.v3.data import (
+    TopicPartition as OwnedPartitions,
+)
 from kio.schema.errors import ErrorCode as E
+from kio.schema.types import TopicName
+from kio.serial import entity_writer
+from kio.serial.writers import write_int16
+from kio.static.primitive import i32
 
 from tests.coordinator.group_harness import Harness, gather
 from trio_broker.coordinator import GroupState, OffsetCommitEntry
-from trio_broker.testing.client import subscription
+from trio_broker.testing.client import assignment, subscription
 
 
 @pytest.fixture
@@ -43,6 +54,22 @@ async def stable_pair(h: Harness, group: str = "g", **kw: Any) -> tuple[str, str
                            lambda: h.sync(group, a.generation_id, follower))
     assert [r.assignment for r in results] == [b"for-leader", b"for-follower"]
     return leader, follower, a.generation_id
+
+
+def kio_subscription(*topics: str, owned: dict[str, list[int]] | None = None,
+                     generation: int = -1) -> bytes:
+    """A ConsumerProtocolSubscription v3 as a current Java consumer sends it (the version, then
+    the struct), encoded by kio: independent of the broker's own test helper and parser."""
+    value = ConsumerProtocolSubscription(
+        topics=topics, user_data=None,
+        owned_partitions=tuple(
+            OwnedPartitions(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
+            for t, ps in (owned or {}).items()),
+        generation_id=i32(generation), rack_id=None)
+    buffer = io.BytesIO()
+    write_int16(buffer, ConsumerProtocolSubscription.__version__)
+    entity_writer(ConsumerProtocolSubscription)(buffer, value)
+    return buffer.getvalue()
 
 
 # ------------------------------------------------------------------------- basics
@@ -150,6 +177,80 @@ async def test_second_member_triggers_rebalance(harness: Harness, nursery: trio.
         lambda: harness.sync("g", 2, a.member_id, {a.member_id: b"0", b.member_id: b"1"}),
         lambda: harness.sync("g", 2, b.member_id))
     assert (s_a.assignment, s_b.assignment) == (b"0", b"1")
+
+
+async def test_sync_group_of_a_stale_generation_is_refused(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any) -> None:
+    """Issue 37, rule 3: a SyncGroup of an earlier generation never installs an assignment.
+
+    The leader of generation N computed an assignment, then a rebalance made generation N+1;
+    its late SyncGroup (generation N) must get ILLEGAL_GENERATION, or the members of N+1 would
+    receive N's assignment and two consumers would own one partition."""
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 3)
+    protocols = [("range", kio_subscription("t"))]
+    a, b = await gather(lambda: harness.join_new("g", client_id="a", protocols=protocols),
+                        lambda: harness.join_new("g", client_id="b", protocols=protocols))
+    old_gen, leader = a.generation_id, a.leader_id
+    follower = b.member_id if leader == a.member_id else a.member_id
+    old = {leader: assignment({"t": [0, 1]}), follower: assignment({"t": [2]})}
+    synced = await gather(lambda: harness.sync("g", old_gen, leader, old),
+                          lambda: harness.sync("g", old_gen, follower))
+    assert [(s.error, s.assignment) for s in synced] == [(0, old[leader]), (0, old[follower])]
+
+    # A third consumer joins: the group rebalances to generation N+1, same leader.
+    joined: dict[str, Any] = {}
+
+    async def newcomer_joins() -> None:
+        joined["c"] = await harness.join_new("g", client_id="c", protocols=protocols)
+
+    nursery.start_soon(newcomer_joins)
+    await trio.testing.wait_all_tasks_blocked()
+    assert harness.heartbeat("g", leader, old_gen) == E.rebalance_in_progress
+    rejoined = await gather(lambda: harness.join("g", leader, protocols=protocols),
+                            lambda: harness.join("g", follower, protocols=protocols))
+    await trio.testing.wait_all_tasks_blocked()
+    newcomer = joined["c"].member_id
+    new_gen = old_gen + 1
+    assert [r.generation_id for r in (*rejoined, joined["c"])] == [new_gen] * 3
+    assert rejoined[0].leader_id == leader
+    assert coord.groups["g"].state is GroupState.COMPLETING_REBALANCE
+
+    # The followers of N+1 wait for the leader's assignment.
+    followers: dict[str, Any] = {}
+
+    async def follower_syncs(member_id: str) -> None:
+        followers[member_id] = await harness.sync("g", new_gen, member_id)
+
+    for member_id in (follower, newcomer):
+        nursery.start_soon(follower_syncs, member_id)
+    await trio.testing.wait_all_tasks_blocked()
+    assert not followers
+
+    # The leader's SyncGroup of generation N arrives late, with N's assignment: with it the
+    # follower would keep partition 2, which N+1 gives the newcomer.
+    stale = await harness.sync("g", old_gen, leader, old)
+    assert stale.error == E.illegal_generation, stale
+    await trio.testing.wait_all_tasks_blocked()
+    assert not followers, f"a SyncGroup of generation {old_gen} ended the rebalance: {followers}"
+    assert coord.groups["g"].state is GroupState.COMPLETING_REBALANCE
+
+    new = {leader: assignment({"t": [0]}), follower: assignment({"t": [1]}),
+           newcomer: assignment({"t": [2]})}
+    mine = await harness.sync("g", new_gen, leader, new)
+    await trio.testing.wait_all_tasks_blocked()
+    received = {leader: (mine.error, mine.assignment),
+                **{m: (r.error, r.assignment) for m, r in followers.items()}}
+    assert received == {m: (0, part) for m, part in new.items()}
+    assert coord.groups["g"].state is GroupState.STABLE
+    assert coord.groups["g"].generation_id == new_gen
+
+    # Once N+1 is Stable a SyncGroup of N is still refused and changes nothing.
+    again = await harness.sync("g", old_gen, leader, old)
+    assert again.error == E.illegal_generation, again
+    assert {m.member_id: m.assignment for m in coord.describe_group("g").members} == new
+    for member_id in new:
+        assert (await harness.sync("g", new_gen, member_id)).assignment == new[member_id]
 
 
 async def test_group_metadata_too_large_to_store_is_unknown_server_error(
@@ -555,18 +656,75 @@ async def test_offsets_of_empty_groups_expire(harness: Harness, nursery: trio.Nu
     one = {("t", 0): OffsetCommitEntry(3)}
     await coord.commit_offsets(group_id="simple", generation_id=-1, member_id="",
                                group_instance_id=None, offsets=one)
-    a = await harness.join_new("consumers")
+    # A real consumer subscription: with metadata the coordinator cannot parse, it treats every
+    # topic as subscribed and keeps every offset, whatever the expiry rule.
+    a = await harness.join_new("consumers", protocols=[("range", kio_subscription("t"))])
     await harness.sync("consumers", 1, a.member_id)
+    assert coord.groups["consumers"].subscribed_topics == frozenset({"t"})
     await coord.commit_offsets(group_id="consumers", generation_id=1, member_id=a.member_id,
                                group_instance_id=None, offsets=one)
     nursery.start_soon(keep_alive, harness, "consumers", a.member_id, 1)
     await trio.sleep(61)
     # The simple group's offset is older than the retention: gone, with the group.
     assert "simple" not in coord.groups
-    # The consumer group still has a member: its offsets stay.
-    assert coord.fetch_offsets("consumers", None)[1]
+    # The consumer group is Stable and subscribes to t: its offset stays.
+    assert coord.groups["consumers"].state is GroupState.STABLE
+    assert list(coord.fetch_offsets("consumers", None)[1]) == [("t", 0)]
+    assert not log_events.events("offsets_expired", group_id="consumers")
     assert log_events.events("offsets_expired", group_id="simple")
     assert log_events.events("group_deleted", group_id="simple")
+
+
+async def test_a_stable_group_keeps_the_offsets_of_the_topics_it_subscribes_to(
+        harness: Harness, nursery: trio.Nursery, autojump_clock: Any, log_events: Any) -> None:
+    """Issue 37, rule 4, Kafka's expiry rule for a Stable consumer group: past the retention
+    the offsets of topics no member subscribes to expire; those of subscribed topics stay, how
+    old their commit may be (the consumers still use them)."""
+    harness.overrides.update({"offsets.retention.minutes": "1",
+                              "offsets.retention.check.interval.ms": "1000"})
+    coord = await harness.start(nursery)
+    harness.create_topic("t", 2)
+    harness.create_topic("u", 1)
+    # Two consumers, both subscribed to t only, each with what Java sends (v3, owned partitions).
+    a, b = await gather(
+        lambda: harness.join_new("g", client_id="a",
+                                 protocols=[("range", kio_subscription("t"))]),
+        lambda: harness.join_new("g", client_id="b",
+                                 protocols=[("range", kio_subscription("t", owned={"t": [1]},
+                                                                      generation=4))]))
+    gen, leader = a.generation_id, a.leader_id
+    follower = b.member_id if leader == a.member_id else a.member_id
+    parts = {leader: assignment({"t": [0]}), follower: assignment({"t": [1]})}
+    synced = await gather(lambda: harness.sync("g", gen, leader, parts),
+                          lambda: harness.sync("g", gen, follower))
+    assert [s.error for s in synced] == [0, 0]
+    group = coord.groups["g"]
+    # The subscriptions were parsed (unparseable ones leave this None: every topic counts as
+    # subscribed and nothing would ever expire, which would make this test pass for nothing).
+    assert group.subscribed_topics == frozenset({"t"})
+    assert not group.is_subscribed_to("u")
+    # Offsets for t (subscribed) and u (once consumed, say, before a subscription change).
+    errors = await coord.commit_offsets(
+        group_id="g", generation_id=gen, member_id=leader, group_instance_id=None,
+        offsets={("t", 0): OffsetCommitEntry(10), ("t", 1): OffsetCommitEntry(11),
+                 ("u", 0): OffsetCommitEntry(12)})
+    assert errors == {("t", 0): 0, ("t", 1): 0, ("u", 0): 0}
+    nursery.start_soon(keep_alive, harness, "g", leader, gen)
+    nursery.start_soon(keep_alive, harness, "g", follower, gen)
+
+    await trio.sleep(30)  # half the retention: nothing expires yet
+    assert sorted(coord.fetch_offsets("g", None)[1]) == [("t", 0), ("t", 1), ("u", 0)]
+    await trio.sleep(31)  # past the retention (60 s) and a check (every second)
+    assert group.state is GroupState.STABLE and group.generation_id == gen
+    assert coord.groups["g"] is group
+    error, kept = coord.fetch_offsets("g", None)
+    assert error == 0
+    # t is subscribed: its offsets stay, however old; u's expired.
+    assert {tp: c.offset for tp, c in kept.items() if c is not None} == {
+        ("t", 0): 10, ("t", 1): 11}
+    assert coord.fetch_offsets("g", [("u", 0)])[1] == {("u", 0): None}
+    assert [(e["partitions"], e["state"]) for e in
+            log_events.events("offsets_expired", group_id="g")] == [(1, "Stable")]
 
 
 async def test_a_group_removed_with_its_expired_offsets_stays_removed_after_a_restart(

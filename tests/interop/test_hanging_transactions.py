@@ -20,7 +20,7 @@ from tests.kafka_wire import WireClient
 from tests.server.test_transaction_frames import add_partitions, init_pid, produce, txn_batch
 from trio_broker.tools import transactions
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
 
 def cli(broker: Any, *args: str) -> tuple[int, str]:

@@ -407,6 +407,9 @@ def test_rate_throttle_wait_always_moves_the_clock() -> None:
                     break
                 assert now + delay > now, f"quota {quota}: throttle {delay!r} at {now}"
                 now += delay
+            else:
+                pytest.fail(f"quota {quota}: the throttle never reached zero in 10000 waits "
+                            f"(still {rate.throttle_seconds(quota, now)!r} at {now})")
             rate.record(now)
 
 
