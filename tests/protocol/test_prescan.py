@@ -26,6 +26,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (
     EntityField,
@@ -36,7 +38,7 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-from kio.static.primitive import Records, i32, i64Timedelta
+from kio.static.primitive import Records, i8, i32, i64Timedelta
 
 from tests.decode_worker import ROOT, DecodeWorker, live, outcome
 from trio_broker.protocol import prescan
@@ -168,6 +170,49 @@ def test_compact_lengths_are_checked(
     error = reason_of(decode_worker, header(3, 12) + body)
     assert error.reason == "bad_body"
     assert error.detail.startswith(detail), error.detail
+
+
+def _long_string_requests(length: int) -> list[tuple[int, int, Any]]:
+    """Complete, well-formed flexible requests that carry one string of ``length`` bytes: a
+    topic name (a struct field) and a coordinator key (an element of an array of strings)."""
+    return [
+        (3, 12, MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="a" * length),),
+                                allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False)),
+        (10, 4, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("g", "k" * length))),
+    ]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["Metadata-v12-topic-name",
+                                               "FindCoordinator-v4-coordinator-key"])
+def test_the_fast_path_refuses_a_string_over_32767_bytes_in_a_complete_frame(index: int) -> None:
+    """Issue 37, rule 6: Kafka's readers refuse strings over 32,767 bytes. The frame is whole
+    and otherwise valid (the same frame one byte shorter is accepted, by the generated fast
+    check alone), so the length limit is the only check that can refuse it: the fast check must
+    give up on it, and the pre-scan refuses it naming the string."""
+    detail = ["topics[0].name", "coordinator_keys[1]"][index]
+    api_key, version, body = _long_string_requests(MAX_STRING_LENGTH)[index]
+    schema = request_schema(api_key, version)
+    offset = len(header(api_key, version))
+    at_limit = payload(encode_request(api_key, version, 1, "c", body))
+    # the control: 32,767 bytes pass the fast check, the pre-scan and kio
+    assert prescan._fast_check(schema)(at_limit, offset, len(at_limit)) == len(at_limit)
+    assert scan_body(schema, at_limit, offset) is at_limit
+    assert decode_request(at_limit, SUPPORTED).body == body
+
+    api_key, version, body = _long_string_requests(MAX_STRING_LENGTH + 1)[index]
+    frame = payload(encode_request(api_key, version, 1, "c", body))
+    assert len(frame) == len(at_limit) + 1  # the same frame, complete, one byte longer
+    with pytest.raises(prescan._Slow):
+        prescan._fast_check(schema)(frame, offset, len(frame))
+    expected = (f"{detail}: string length {MAX_STRING_LENGTH + 1} exceeds Kafka's limit of "
+                f"{MAX_STRING_LENGTH}")
+    with pytest.raises(InvalidRequest) as refused:
+        scan_body(schema, frame, offset, api_key, version)
+    assert (refused.value.reason, refused.value.detail) == ("bad_body", expected)
+    with pytest.raises(InvalidRequest) as refused:
+        decode_request(frame, SUPPORTED)
+    assert (refused.value.reason, refused.value.detail) == ("bad_body", expected)
 
 
 def test_bytes_length_is_checked_against_the_frame(decode_worker: list[DecodeWorker]) -> None:

@@ -70,6 +70,17 @@ async def scram_login(client: WireClient, mechanism: str, user: str, password: s
     return final
 
 
+#: Real seconds within which the broker must close a connection it refuses (it takes
+#: milliseconds): a regression fails the test there instead of at pytest's 120 s timeout.
+PROMPTLY = 5.0
+
+
+async def closed_within(client: WireClient, seconds: float) -> bool:
+    """:meth:`WireClient.closed_by_peer`, failing (``trio.TooSlowError``) after ``seconds``."""
+    with trio.fail_after(seconds):
+        return await client.closed_by_peer()
+
+
 async def test_plain_login_sets_the_principal(start_broker: Any, log_events: Any) -> None:
     running = await start_broker(sasl_settings())
     client = await WireClient.connect(running.port)
@@ -165,6 +176,50 @@ async def test_scram_wrong_password_and_unknown_user(start_broker: Any, log_even
     assert await client.closed_by_peer()
     principals = [e["principal"] for e in log_events.events("authentication_failed")]
     assert principals == ["User:bob", "User:nobody"]
+
+
+async def scrape_failed_authentications(running: Any, listener: str) -> float:
+    """``failed_authentication_total`` of ``listener`` as Prometheus scrapes it."""
+    async with await trio.open_tcp_stream("127.0.0.1", running.app.metrics_port) as stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = b""
+        while chunk := await stream.receive_some(65536):
+            response += chunk
+    name = "kafka_server_socket_server_metrics_failed_authentication_total"
+    sample = f'{name}{{listener="{listener}"}} '
+    values = [float(line[len(sample):]) for line in response.decode().splitlines()
+              if line.startswith(sample)]
+    return values[0] if values else 0.0
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+async def test_a_wrong_password_counts_once_in_failed_authentication_total(
+        start_broker: Any, log_events: Any, mechanism: str) -> None:
+    """Issue 37, rule 7a: one wrong password is one failed authentication, in the broker's
+    counter and in the ``failed_authentication_total`` Prometheus serves; counted when it is
+    answered, and not again when the connection closes after the delay."""
+    running = await start_broker(sasl_settings(**{
+        "connection.failed.authentication.delay.ms": "100",
+        "metrics.prometheus.listener": "127.0.0.1:0"}))
+    ScramStore(running.data_dir).alter(
+        [("bob", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "bob-pw", 4096))], [])
+    metrics = running.broker.authentication_metrics
+    before = metrics.total("failed", "SASL_PLAINTEXT")
+    scraped_before = await scrape_failed_authentications(running, "SASL_PLAINTEXT")
+    client = await WireClient.connect(running.port)
+    if mechanism == "PLAIN":
+        response = await plain_login(client, "alice", "wrong")
+    else:
+        response = await scram_login(client, mechanism, "bob", "wrong")
+    assert response.error_code == 58  # SASL_AUTHENTICATION_FAILED
+    assert await closed_within(client, PROMPTLY)
+    await log_events.wait_for("connection_closed", reason="handler",
+                              detail="authentication_failed")
+    await trio.testing.wait_all_tasks_blocked()
+    assert metrics.total("failed", "SASL_PLAINTEXT") - before == 1
+    assert await scrape_failed_authentications(running, "SASL_PLAINTEXT") - scraped_before == 1
+    assert metrics.total("successful", "SASL_PLAINTEXT") == 0
+    assert len(log_events.events("authentication_failed")) == 1
 
 
 async def test_only_api_versions_and_sasl_before_authentication(start_broker: Any,
@@ -314,9 +369,10 @@ async def test_frames_above_sasl_server_max_receive_size_fail_until_authenticate
     running = await start_broker(sasl_settings(**{"sasl.server.max.receive.size": "4096",
                                                   "connections.max.reauth.ms": "60000"}))
     client = await WireClient.connect(running.port)
-    # 50 MB announced (socket.request.max.bytes is 100 MB), a little of it sent
+    # 50 MB announced (socket.request.max.bytes is 100 MB), a little of it sent: without the
+    # pre-authentication limit the broker would wait for the rest forever (issue 37: fail fast)
     await client.send_raw(struct.pack(">i", 50_000_000) + b"\0" * 1000)
-    assert await client.closed_by_peer()
+    assert await closed_within(client, PROMPTLY)
     [closed] = await log_events.wait_for("connection_closed", reason="invalid_frame")
     assert "limit 4096" in closed["detail"]
     [failed] = log_events.events("authentication_failed")
@@ -337,7 +393,7 @@ async def test_frames_above_sasl_server_max_receive_size_fail_until_authenticate
     handshake = await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
     assert handshake.error_code == 0
     await client.send(AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=b"\0" * 5000))
-    assert await client.closed_by_peer()
+    assert await closed_within(client, PROMPTLY)
     assert metrics.total("failed", "SASL_PLAINTEXT") == 2
     assert not log_events.events("request_failed")
 
