@@ -14,7 +14,16 @@ from kio.schema.index import api_key_map
 
 from .. import __version__
 from .admin_client import AdminConnection, client_versions
-from .common import Parser, Request, add_connection_options, check, connect, emit_json, run
+from .common import (
+    Parser,
+    Request,
+    add_connection_options,
+    check,
+    connect,
+    emit_json,
+    kafka_text,
+    run,
+)
 from .topics import metadata
 
 DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 32, 60
@@ -101,18 +110,18 @@ def describe(conn: AdminConnection) -> dict[str, Any]:
 
 def describe_text(info: dict[str, Any]) -> list[str]:
     node = info["node"]
-    lines = [f"ClusterId:       {info['cluster_id']}",
+    lines = [f"ClusterId:       {kafka_text(info['cluster_id'])}",
              f"ControllerId:    {info['controller_id']}",
              f"Brokers:         {len(info['brokers'])}"]
     for b in info["brokers"]:
-        lines.append(f"  {b['host']}:{b['port']} (id: {b['id']} rack: {b['rack'] or 'null'})")
+        lines.append(f"  {b['host']}:{b['port']} (id: {b['id']} rack: {kafka_text(b['rack'])})")
     if node is not None:
         lines.append(f"Node:            {node['id']}")
         for key in LISTENER_KEYS:
             if key in info["listeners"]:
-                lines.append(f"  {key}={info['listeners'][key]}")
+                lines.append(f"  {key}={kafka_text(info['listeners'][key])}")
         lines += api_lines(f"{node['host']}:{node['port']} (id: {node['id']} rack: "
-                           f"{node['rack'] or 'null'})", info["apis"])
+                           f"{kafka_text(node['rack'])})", info["apis"])
     return lines
 
 

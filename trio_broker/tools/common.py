@@ -46,6 +46,11 @@ class UsageError(ToolError):
     """A command line that cannot work (exit 2), found after argparse accepted it."""
 
 
+class Reported(ToolError):
+    """A failure whose message is already on stderr (in the Kafka tool's words): exit 1,
+    nothing more printed."""
+
+
 class BrokerError(ToolError):
     """An error code in a response, printed with Kafka's name for it."""
 
@@ -218,6 +223,17 @@ def help_or_version(options: Any, parser: argparse.ArgumentParser, out: TextIO) 
     return False
 
 
+def kafka_text(value: Any) -> str:
+    """A value as Kafka's tools print it in their text output: Java's string concatenation
+    gives ``null`` for an absent value (None) and ``true``/``false`` for booleans. The JSON
+    output keeps JSON's null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def emit_json(value: Any, out: TextIO) -> None:
     """One JSON document on one line (``jq``-friendly)."""
     print(json.dumps(value, sort_keys=False, default=str), file=out)
@@ -249,6 +265,8 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
     except UsageError as exc:
         print(f"{parser.prog}: error: {exc}", file=err)
         return 2
+    except Reported:
+        return 1
     except (ToolError, AdminClientError) as exc:
         print(f"{parser.prog}: {exc}", file=err)
         return 1

@@ -24,6 +24,7 @@ from .common import (
     check,
     connect,
     emit_json,
+    kafka_text,
     run,
 )
 from .topics import metadata
@@ -134,9 +135,12 @@ def describe_entries(conn: AdminConnection, kind: int, name: str, everything: bo
 
 
 def entry_line(entry: dict[str, Any]) -> str:
-    synonyms = ", ".join(f"{s['source']}:{s['name']}={s['value']}" for s in entry["synonyms"])
-    return f"  {entry['name']}={entry['value']} sensitive={str(entry['sensitive']).lower()} " \
-           f"synonyms={{{synonyms}}}"
+    """ConfigCommand's ``  name=value sensitive=false synonyms={SOURCE:name=value, ...}``
+    (``null`` for a value the broker leaves out: unset, or sensitive)."""
+    synonyms = ", ".join(f"{s['source']}:{s['name']}={kafka_text(s['value'])}"
+                         for s in entry["synonyms"])
+    return f"  {entry['name']}={kafka_text(entry['value'])} " \
+           f"sensitive={kafka_text(entry['sensitive'])} synonyms={{{synonyms}}}"
 
 
 def header(entity_type: str, name: str, everything: bool) -> str:

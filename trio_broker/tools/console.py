@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, TextIO
 
+from kio.schema.errors import ErrorCode
+
 from ..protocol import records as rb
 from .admin_client import AdminConnection
 from .common import (
@@ -37,6 +39,8 @@ from .topics import metadata
 PRODUCE, FETCH = 0, 1
 _BATCH_RECORDS = 1000
 _BATCH_BYTES = 512 * 1024
+#: How long ``produce`` waits for the leaders of a topic it has just had auto-created.
+_LEADER_WAIT_S = 10.0
 
 PRODUCE_EXAMPLES = """\
   echo hello | trio_broker produce --bootstrap-server localhost:9092 --topic orders
@@ -150,6 +154,32 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
         yield raw[:-1] if raw.endswith(b"\n") else raw
 
 
+def producer_metadata(conn: AdminConnection, topic: str) -> Any:
+    """The topic's Metadata as a Kafka producer fetches it: with allow_auto_topic_creation, so
+    a broker with ``auto.create.topics.enable=true`` creates a missing topic (kcat,
+    kafka-console-producer.sh), retried while its leaders are not there yet
+    (LEADER_NOT_AVAILABLE, Kafka's first answer for a topic it is creating). With
+    auto-creation off the broker's UNKNOWN_TOPIC_OR_PARTITION is the error."""
+    deadline = time.monotonic() + _LEADER_WAIT_S
+    delay = 0.05
+    while True:
+        (answer,) = metadata(conn, [topic], auto_create=True).topics
+        waiting = answer.error_code == ErrorCode.leader_not_available or (
+            answer.error_code == ErrorCode.none and any(
+                p.error_code == ErrorCode.leader_not_available or p.leader_id < 0
+                for p in answer.partitions))
+        if not waiting or time.monotonic() + delay > deadline:
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+    check(answer.error_code, None, topic)
+    for p in answer.partitions:
+        if p.leader_id < 0:
+            check(p.error_code or ErrorCode.leader_not_available, None,
+                  f"{topic}-{p.partition_index}")
+    return answer
+
+
 class Producer:
     """Batches records per partition and sends them with acks=all (or ``--acks``)."""
 
@@ -159,9 +189,7 @@ class Producer:
         self.topic = topic
         self.acks = acks
         self.request = Request(conn, PRODUCE)
-        (answer,) = metadata(conn, [topic]).topics
-        check(answer.error_code, None, topic)
-        self.partitions = len(answer.partitions)
+        self.partitions = len(producer_metadata(conn, topic).partitions)
         if partition is not None and not 0 <= partition < self.partitions:
             raise ToolError(f"Partition {partition} of topic {topic} does not exist "
                             f"(the topic has {self.partitions})")

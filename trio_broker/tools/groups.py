@@ -16,6 +16,7 @@ from .admin_client import AdminConnection
 from .common import (
     BrokerError,
     Parser,
+    Reported,
     Request,
     ToolError,
     UsageError,
@@ -288,12 +289,17 @@ def members_table(rows: list[dict[str, Any]]) -> list[str]:
     return ["", line(titles, "#PARTITIONS"), *(line(r, r["partitions"]) for r in rows)]
 
 
+def missing_group(group: str) -> str:
+    """ConsumerGroupCommand's line for a group that does not exist (state Dead)."""
+    return f"Error: Consumer group '{group}' does not exist."
+
+
 def should_print(group: str, state: str, rows: int, err: TextIO) -> bool:
     """ConsumerGroupCommand.shouldPrintMemberState: the state's line on stderr (a group that
     does not exist, has no members or is rebalancing); True when there is a table to print
     (``rows`` rows, and the group exists)."""
     if state == "Dead":
-        print(f"Error: Consumer group '{group}' does not exist.", file=err)
+        print(missing_group(group), file=err)
     elif state == "Empty":
         print(f"\nConsumer group '{group}' has no active members.", file=err)
     elif state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
@@ -443,12 +449,15 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
             for g in [] if json_out else listed:
                 print(g["group"], file=out)
             return
+        missing: list[str] = []  # described groups that do not exist: status 1
         if ns.describe and (ns.members or ns.state is not None):
             views: dict[str, Any] = {}
             for group in groups:
                 node = find_coordinator(conn, group)
                 with _coordinated(conn, group) as coord:
                     info = describe_group(coord, group)
+                if str(info.group_state) == "Dead":
+                    missing.append(group)
                 if ns.members:
                     views[group] = members_rows(info)
                     lines = members_table(views[group])
@@ -466,6 +475,7 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                     print("\n".join(lines), file=out)
             if json_out:
                 emit_json(views, out)
+            _fail_if_missing(missing, json_out, err)
             return
         if ns.describe:
             described = {}
@@ -473,12 +483,15 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 with _coordinated(conn, group) as coord:
                     state, rows = describe_rows(coord, group)
                 described[group] = {"state": state, "partitions": rows}
+                if state == "Dead":
+                    missing.append(group)
                 if json_out:
                     continue
                 if should_print(group, state, len(rows), err):
                     print("\n".join(describe_table(rows)), file=out)
             if json_out:
                 emit_json(described, out)
+            _fail_if_missing(missing, json_out, err)
             return
         if ns.delete:
             deleted, failed = delete_groups(conn, groups)
@@ -517,6 +530,18 @@ def execute(ns: argparse.Namespace, out: TextIO, err: TextIO) -> None:
                 for (t, p), o in sorted(offsets.items())]}, out)
         else:
             print("\n".join(reset_table(group, offsets)), file=out)
+
+
+def _fail_if_missing(missing: list[str], json_out: bool, err: TextIO) -> None:
+    """``--describe`` of a group that does not exist: Kafka's error line (already printed in
+    text mode, on stderr for JSON, whose document still says ``"Dead"``), then status 1 once
+    every group asked for is described."""
+    if not missing:
+        return
+    if json_out:
+        for group in missing:
+            print(missing_group(group), file=err)
+    raise Reported(missing_group(missing[0]))
 
 
 class _coordinated:  # noqa: N801 - used as a context manager like a function

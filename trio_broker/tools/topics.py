@@ -94,12 +94,14 @@ def uuid_text(value: uuid.UUID | None) -> str | None:
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
-def metadata(conn: AdminConnection, topics: Sequence[str] | None = None) -> Any:
-    """A Metadata response for ``topics`` (all topics with None)."""
+def metadata(conn: AdminConnection, topics: Sequence[str] | None = None, *,
+             auto_create: bool = False) -> Any:
+    """A Metadata response for ``topics`` (all topics with None); ``auto_create`` lets a
+    broker with ``auto.create.topics.enable`` create the missing ones (as producers ask)."""
     request = Request(conn, METADATA)
     wanted = None if topics is None else tuple(
         request.nested("MetadataRequestTopic", topic_id=None, name=t) for t in topics)
-    return request.send(topics=wanted, allow_auto_topic_creation=False,
+    return request.send(topics=wanted, allow_auto_topic_creation=auto_create,
                         include_cluster_authorized_operations=False,
                         include_topic_authorized_operations=False)
 
