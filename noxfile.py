@@ -2,13 +2,74 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+
 import nox
 
-nox.options.sessions = ["lint", "tests", "interop", "spark"]
+# preflight first: a machine without kcat, Chromium or Java 17 stops in seconds, not at the end.
+nox.options.sessions = ["preflight", "lint", "tests", "interop", "spark"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
+
+
+def _java_problem() -> str | None:
+    """PySpark's launcher runs $JAVA_HOME/bin/java, else ``java`` on PATH; Spark 4 needs 17+."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no java on PATH, JAVA_HOME unset"
+        return f"Java 17 (spark session, PySpark): {where}"
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    match = re.search(r'version "(?:1\.)?(\d+)', out)
+    if match and int(match.group(1)) < 17:
+        return (f"Java 17 (spark session, PySpark): {java} is Java {match.group(1)}"
+                " (install 17 and point JAVA_HOME at it)")
+    return None
+
+
+def _chromium_problem() -> str | None:
+    """The report screenshot test runs chromium, else chromium-browser, from PATH."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return None
+    return "Chromium (spark session, report screenshot): no chromium or chromium-browser on PATH"
+
+
+# By Debian package: what the tests use, as they look for it (shutil.which, PySpark's launcher).
+CHECKS = {
+    "kcat": lambda: None if shutil.which("kcat") else "kcat (interop session): not on PATH",
+    "chromium": _chromium_problem,
+    "openjdk-17-jre-headless": _java_problem,
+}
+NEEDS = {"interop": ["kcat"], "spark": ["openjdk-17-jre-headless", "chromium"]}
+
+
+def _require(session: nox.Session, *names: str, abort_run: bool = False) -> None:
+    """Fails the session (or with ``abort_run``, all of ``nox``) at once, with the apt command."""
+    packages = [package for package in CHECKS if any(package in NEEDS[n] for n in names)]
+    problems = {package: problem for package in packages if (problem := CHECKS[package]())}
+    if not problems:
+        return
+    sudo = "" if os.geteuid() == 0 else "sudo "
+    message = "\n".join([
+        "missing system tools:",
+        *(f"  - {problem}" for problem in problems.values()),
+        f"Install them (Debian): {sudo}apt-get install {' '.join(problems)}",
+        "`nox -s lint tests` needs none of them; .ci/run installs them when missing"])
+    if abort_run:  # a failed session alone would not stop the sessions after it
+        raise SystemExit(f"nox > Session {session.name} aborted: {message}.")
+    session.error(message)
+
+
+@nox.session(python=False)
+def preflight(session: nox.Session) -> None:
+    """Checks kcat, Chromium, Java 17 (for interop, spark): ``nox`` stops here if one is missing."""
+    _require(session, *NEEDS, abort_run=True)
+    session.log("kcat, Chromium and Java 17 found")
 
 
 @nox.session(python=PYTHON)
@@ -21,6 +82,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def interop(session: nox.Session) -> None:
     """End-to-end tests: the real broker driven by confluent-kafka, kafka-python, aiokafka, kcat."""
+    _require(session, "interop")
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "interop", *session.posargs)
 
@@ -28,6 +90,7 @@ def interop(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def spark(session: nox.Session) -> None:
     """The PySpark analytics jobs over logs of a real broker run (needs Java 17)."""
+    _require(session, "spark")
     session.install("-e", ".[test,analytics]")
     session.run("pytest", "-m", "spark", *session.posargs)
 
