@@ -125,6 +125,8 @@ class Request:
     response_complete_ns: int = 0
     response_dequeue_ns: int = 0
     end_ns: int = 0
+    #: The request line's ``sequence_errors``, when the handler set one (Produce).
+    sequence_errors: str = ""
 
     @property
     def connection(self) -> ConnectionInfo:

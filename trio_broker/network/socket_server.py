@@ -201,6 +201,8 @@ class SocketServer:
                 and hasattr(body, "session_epoch")):
             fields["fetch_session_id"] = int(body.session_id)
             fields["fetch_session_epoch"] = int(body.session_epoch)
+        if request.sequence_errors:
+            fields["sequence_errors"] = request.sequence_errors
         emit_fields("request", fields)
 
 

@@ -90,6 +90,14 @@ REQUEST_FIELDS: Mapping[str, str] = {
     # (no session, closing) for clients that do not use sessions.
     "fetch_session_id": LONG,
     "fetch_session_epoch": LONG,
+    # Produce only, and only when a partition's producer state refused a batch
+    # (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH): per refused partition, what
+    # Kafka's broker logs with such a refusal, "; "-separated, at most 10 partitions then
+    # "; +N more": "orders-3 OUT_OF_ORDER_SEQUENCE_NUMBER pid=4000 epoch=2 expected_seq=15
+    # got_seq=17". current_epoch=E follows epoch= when the partition knows another epoch (a
+    # stale one, or a new one not starting at sequence 0); expected_seq is left out when the
+    # epoch alone decided. Absent from every other line.
+    "sequence_errors": STRING,
 }
 
 
@@ -173,8 +181,14 @@ _EVENT_LIST = [
           "connection.failed.authentication.delay.ms.",
           {**CONNECTION_FIELDS, "mechanism": STRING, "principal": STRING, "error": STRING,
            "detail": STRING}, "warning"),
-    _spec("request", "One completed request (the canonical line).", REQUEST_FIELDS,
-          required=("api",)),
+    _spec("request", "One completed request (the canonical line). `sequence_errors` (Produce "
+          "only, present only when a partition's producer state refused a batch: "
+          "OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH) names each refused partition "
+          "with the producer id, the batch's epoch, the partition's epoch when another, the "
+          "expected and the received first sequence, \"; \"-separated, at most 10 then "
+          "\"; +N more\": `orders-3 OUT_OF_ORDER_SEQUENCE_NUMBER pid=4000 epoch=2 "
+          "expected_seq=15 got_seq=17; orders-5 INVALID_PRODUCER_EPOCH pid=4000 epoch=1 "
+          "current_epoch=2 got_seq=0`.", REQUEST_FIELDS, required=("api",)),
     _spec("request_failed", "A handler raised; the request is answered with the API's error "
           "response (UNKNOWN_SERVER_ERROR), or the connection closed when there is none.",
           {**CONNECTION_FIELDS, "api": STRING, "correlation_id": LONG, "error": STRING,

@@ -105,6 +105,9 @@ class RequestContext:
     local_complete_ns: int = 0
     #: Whether the handler time has been charged to request_percentage already.
     request_quota_recorded: bool = False
+    #: The request line's ``sequence_errors`` (events.py): what a Produce's partitions'
+    #: producer state refused, set by the handler; empty when nothing was.
+    sequence_errors: str = ""
 
     @property
     def api_version(self) -> int:

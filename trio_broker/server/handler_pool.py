@@ -184,9 +184,13 @@ class RequestHandlerPool:
             # The task inherits this task's context, so its events keep the bound fields.
             self.broker.purgatory.start_soon(self._answer, request, ctx, result.wait)
             return
+        if ctx.sequence_errors:
+            request.sequence_errors = ctx.sequence_errors
         self.complete(request, ctx, self._apply_quotas(ctx, result))
 
     def _closed(self, request: Request, ctx: RequestContext, close: CloseConnection) -> None:
+        if ctx.sequence_errors:  # a failed acks=0 produce closes the connection
+            request.sequence_errors = ctx.sequence_errors
         if close.response is not None:
             self._finish(request, ResponseAction.CLOSE,
                          encode_response(request.decoded, close.response),

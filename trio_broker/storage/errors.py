@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 from kio.schema.errors import ErrorCode
 
 
@@ -57,11 +58,50 @@ class OffsetOutOfRange(StorageError):
     error_code = ErrorCode.offset_out_of_range
 
 
-class OutOfOrderSequence(StorageError):
+@attrs.frozen
+class ProducerRefusal:
+    """Why a partition's producer state refused a batch, in numbers: what Kafka's broker logs
+    with such a refusal (``ProducerAppendInfo``), for the Produce's ``request`` log line.
+
+    ``expected_seq`` is -1 when no sequence was checked (a stale epoch: the epoch decides);
+    ``current_epoch`` is the partition's epoch of the producer (-1: it knows none)."""
+
+    error: str
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    current_epoch: int
+    expected_seq: int
+    received_seq: int
+
+    def describe(self) -> str:
+        """``orders-3 OUT_OF_ORDER_SEQUENCE_NUMBER pid=4000 epoch=2 expected_seq=15
+        got_seq=17``; ``current_epoch=`` follows ``epoch=`` when the two differ (a stale or a
+        new epoch), ``expected_seq=`` is left out when no sequence was checked."""
+        text = (f"{self.topic}-{self.partition} {self.error} pid={self.producer_id} "
+                f"epoch={self.producer_epoch}")
+        if self.current_epoch != self.producer_epoch:
+            text += f" current_epoch={self.current_epoch}"
+        if self.expected_seq >= 0:
+            text += f" expected_seq={self.expected_seq}"
+        return text + f" got_seq={self.received_seq}"
+
+
+class ProducerStateError(StorageError):
+    """A batch refused by the partition's producer state (idempotence and epoch checks)."""
+
+    def __init__(self, message: str, refusal: ProducerRefusal | None = None) -> None:
+        super().__init__(message)
+        #: The refusal's numbers (None when raised without them).
+        self.refusal = refusal
+
+
+class OutOfOrderSequence(ProducerStateError):
     error_code = ErrorCode.out_of_order_sequence_number
 
 
-class InvalidProducerEpoch(StorageError):
+class InvalidProducerEpoch(ProducerStateError):
     error_code = ErrorCode.invalid_producer_epoch
 
 

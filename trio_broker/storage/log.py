@@ -98,7 +98,7 @@ class PartitionLog:
         self.recovery_point = 0
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
-        self.producer_state = ProducerStateManager(directory)
+        self.producer_state = ProducerStateManager(directory, topic, partition)
         self.txn_index = TransactionIndex(directory, self.producer_state.ongoing_txns)
         #: Events of parked fetches waiting for the next append (set and cleared on append).
         self.waiters: set[trio.Event] = set()
@@ -264,7 +264,7 @@ class PartitionLog:
             pending: dict[int, tuple[int, int]] = {}
             for _, header in batches:
                 if header.producer_id >= 0:
-                    state.check(header, pending)
+                    state.check(header, pending, self.segments[-1].next_offset)
         stamp = append_time if append_time is not None else (
             now_ms() if config.log_append_time else None)
         data = bytearray(records)

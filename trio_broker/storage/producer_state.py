@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 
 from ..protocol import records as rb
-from .errors import InvalidProducerEpoch, OutOfOrderSequence, StorageError
+from .errors import InvalidProducerEpoch, OutOfOrderSequence, ProducerRefusal, StorageError
 
 MAX_BATCHES_PER_PRODUCER = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -61,8 +61,11 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 class ProducerStateManager:
     """Producer entries of one partition."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, topic: str = "", partition: int = -1) -> None:
         self.directory = directory
+        #: The partition, named in refusals (:meth:`check`).
+        self.topic = topic
+        self.partition = partition
         self.producers: dict[int, ProducerEntry] = {}
         #: The log offset up to which this state reflects the log.
         self.map_end_offset = 0
@@ -83,11 +86,14 @@ class ProducerStateManager:
                 return meta
         return None
 
-    def check(self, header: rb.BatchHeader, pending: dict[int, tuple[int, int]]) -> None:
+    def check(self, header: rb.BatchHeader, pending: dict[int, tuple[int, int]],
+              offset: int = -1) -> None:
         """Raise unless the batch may be appended (Kafka's ``ProducerAppendInfo`` checks).
 
         ``pending`` holds ``{producer_id: (epoch, last_seq)}`` of earlier batches of the same
         request, so a request carrying several batches of one producer is checked in order.
+        ``offset``: where the batch would go (the log end), named in the error's message as
+        Kafka names it. The error carries a :class:`~.errors.ProducerRefusal`.
         """
         current = self.producers.get(header.producer_id)
         epoch, last_seq = pending.get(header.producer_id, (
@@ -95,20 +101,34 @@ class ProducerStateManager:
             else (rb.NO_PRODUCER_EPOCH, rb.NO_SEQUENCE)))
         if header.producer_epoch < epoch:
             raise InvalidProducerEpoch(
-                f"Epoch {header.producer_epoch} of producer {header.producer_id} is older than "
-                f"the current epoch {epoch}")
+                f"Epoch {header.producer_epoch} of producer {header.producer_id} at offset "
+                f"{offset} in partition {self.topic}-{self.partition} is older than the "
+                f"current epoch {epoch}",
+                self._refusal("INVALID_PRODUCER_EPOCH", header, epoch, -1))
         if header.producer_epoch != epoch:
             if header.base_sequence != 0 and epoch != rb.NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequence(
                     f"Invalid sequence number for new epoch of producer {header.producer_id} "
-                    f"at epoch {header.producer_epoch}: {header.base_sequence} (expected 0)")
+                    f"at offset {offset} in partition {self.topic}-{self.partition}: "
+                    f"{header.producer_epoch} (request epoch), {header.base_sequence} "
+                    f"(seq. number), {epoch} (current producer epoch)",
+                    self._refusal("OUT_OF_ORDER_SEQUENCE_NUMBER", header, epoch, 0))
         elif epoch != rb.NO_PRODUCER_EPOCH and not (
                 last_seq == rb.NO_SEQUENCE or _in_sequence(last_seq, header.base_sequence)):
             raise OutOfOrderSequence(
                 f"Out of order sequence number for producer {header.producer_id} at offset "
-                f"-1: {header.base_sequence} (incoming seq. number), {last_seq} "
-                "(current end sequence number)")
+                f"{offset} in partition {self.topic}-{self.partition}: "
+                f"{header.base_sequence} (incoming seq. number), {last_seq} "
+                "(current end sequence number)",
+                self._refusal("OUT_OF_ORDER_SEQUENCE_NUMBER", header, epoch,
+                              0 if last_seq == rb.INT32_MAX else last_seq + 1))
         pending[header.producer_id] = (header.producer_epoch, header.last_sequence)
+
+    def _refusal(self, error: str, header: rb.BatchHeader, current_epoch: int,
+                 expected_seq: int) -> ProducerRefusal:
+        return ProducerRefusal(error, self.topic, self.partition, header.producer_id,
+                               header.producer_epoch, current_epoch, expected_seq,
+                               header.base_sequence)
 
     # ---------------------------------------------------------------------------- updating
     def update(self, header: rb.BatchHeader) -> None:

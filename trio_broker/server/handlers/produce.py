@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import records as rb
 from ...protocol.produce_response import DIRECT_VERSIONS, produce_response_frame
+from ...storage.errors import ProducerRefusal
 from ..acl import AclOperation, ResourceType
 from ..context import NO_RESPONSE, CloseConnection, EncodedBody, RequestContext
 from ..registry import api_handler
@@ -52,12 +53,26 @@ _EXPECTED_PRODUCE_ERRORS = frozenset({
 })
 
 
+#: The most partitions a ``request`` line's ``sequence_errors`` names; it counts the rest.
+MAX_SEQUENCE_ERRORS = 10
+
+
+def describe_refusals(refusals: list[ProducerRefusal]) -> str:
+    """The ``sequence_errors`` field: the first :data:`MAX_SEQUENCE_ERRORS` refusals, each
+    as :meth:`ProducerRefusal.describe` writes it, joined by ``"; "``, then ``"; +N more"``
+    when there were N more (a request naming thousands of partitions stays one short line)."""
+    text = "; ".join(r.describe() for r in refusals[:MAX_SEQUENCE_ERRORS])
+    more = len(refusals) - MAX_SEQUENCE_ERRORS
+    return f"{text}; +{more} more" if more > 0 else text
+
+
 async def _append_one(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                      transactional_id: str | None
+                      transactional_id: str | None, refusals: list[ProducerRefusal]
                       ) -> tuple[ErrorCode, str | None, int, int, int]:
     """``(error, message, base_offset, log_append_time, log_start_offset)``; counts the topic's
     BrokerTopicMetrics (TotalProduceRequests, BytesIn, MessagesIn, FailedProduceRequests) as
-    Kafka's ``appendToLocalLog`` does, for the topic and all topics."""
+    Kafka's ``appendToLocalLog`` does, for the topic and all topics. A batch the producer
+    state refuses adds its :class:`ProducerRefusal` to ``refusals``."""
     broker = ctx.broker
     stats = broker.topic_metrics
     counts, every = stats.topic(topic), stats.all_topics
@@ -84,6 +99,9 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
                 result = await broker.log_manager.append(topic, partition, records)
             except Exception as exc:  # StorageError carries the code; anything else: a server error
                 code, message = error_of(exc)
+                refusal = getattr(exc, "refusal", None)
+                if refusal is not None:
+                    refusals.append(refusal)
             else:
                 size = len(records)
                 counts.bytes_in += size
@@ -176,6 +194,7 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     id_denied = transactional_id is not None and not ctx.authorize(
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     failed = False
+    refusals: list[ProducerRefusal] = []
     # (name, [(index, code, message, base offset, append time, log start)]) per topic.
     topics: list[tuple[str, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
     for name, mentions in _partitions_once(body.topic_data):
@@ -200,11 +219,15 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                 result = (ErrorCode.invalid_topic_exception,
                           f"Cannot append to internal topic {name}", -1, -1, -1)
             else:
-                result = await _append_one(ctx, name, index, data.records, transactional_id)
+                result = await _append_one(ctx, name, index, data.records, transactional_id,
+                                           refusals)
             if result[0] is not ErrorCode.none:
                 failed = True
             partitions.append((index, *result))
         topics.append((name, partitions))
+    if refusals:
+        # One field of the request line, never a line per partition (docs/logging.md).
+        ctx.sequence_errors = describe_refusals(refusals)
     quotas = broker.client_quotas
     if quotas is not None:
         # Kafka charges the whole request once it is appended; the data is never dropped.
