@@ -219,6 +219,23 @@ async def test_describe_broker_configs(tmp_path: Path, version: int) -> None:
         assert entries["num.partitions"].documentation
 
 
+async def test_passwords_and_keys_are_described_as_sensitive_without_value(
+        tmp_path: Path) -> None:
+    """As Kafka's PASSWORD-type configs: no value (nor in synonyms), is_sensitive set."""
+    config = load_config({"log.dirs": str(tmp_path), "node.id": "7",
+                          "ssl.key.password": "s3cret", "ssl.truststore.password": "s3cret"})
+    with running(config) as broker:
+        answer = await call(broker, DESCRIBE_CONFIGS, 4, describe_request(
+            4, [(BROKER, "7", None)], synonyms=True))
+    entries = {c.name: c for c in answer.results[0].configs}
+    for name in ("ssl.key.password", "ssl.truststore.password", "ssl.keystore.key"):
+        assert entries[name].is_sensitive and entries[name].value is None, name
+        assert all(s.value is None for s in entries[name].synonyms), name
+    assert entries["ssl.key.password"].config_source == 4  # STATIC_BROKER_CONFIG: it is set
+    assert not entries["num.partitions"].is_sensitive
+    assert "s3cret" not in repr(answer)
+
+
 async def test_describe_broker_configs_filters_names(storage_broker: Broker) -> None:
     broker = storage_broker
     answer = await call(broker, DESCRIBE_CONFIGS, 4, describe_request(

@@ -78,6 +78,14 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+#: Broker keys of Kafka's PASSWORD type: described with no value (synonyms included) and
+#: ``is_sensitive``, as Kafka does: a password, a private key or inline certificates are
+#: never sent back to a client.
+SENSITIVE_BROKER_KEYS = frozenset({
+    "ssl.keystore.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.certificates"})
+
+
 @attrs.frozen
 class BrokerConfigEntry:
     """One broker setting as DescribeConfigs reports it."""
@@ -123,7 +131,8 @@ def _entry(module: Any, body: Any, *, name: str, value: str | None, source: int,
     synonyms: tuple[Any, ...] = ()
     if getattr(body, "include_synonyms", False) and hasattr(module, "DescribeConfigsSynonym"):
         pairs = synonym_pairs or ((name, value, source),)
-        synonyms = tuple(build(module.DescribeConfigsSynonym, name=n, value=v, source=s)
+        synonyms = tuple(build(module.DescribeConfigsSynonym, name=n,
+                               value=None if sensitive else v, source=s)
                          for n, v, s in pairs)
     return build(
         module.DescribeConfigsResourceResult, name=name,
@@ -138,7 +147,8 @@ def _describe_broker(ctx: RequestContext, module: Any, body: Any,
                      wanted: set[str] | None) -> tuple[Any, ...]:
     return tuple(
         _entry(module, body, name=e.name, value=e.value, source=config_source_code(e.source),
-               read_only=True, sensitive=False, type_name=e.type_name, doc=e.doc)
+               read_only=True, sensitive=e.name in SENSITIVE_BROKER_KEYS,
+               type_name=e.type_name, doc=e.doc)
         for e in broker_config_entries(ctx.broker.config)
         if wanted is None or e.name in wanted
     )
