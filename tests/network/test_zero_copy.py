@@ -395,7 +395,7 @@ async def test_without_sendfile_waiting_responses_hold_no_record_bytes(
     """``socket.sendfile.enable=false``: the records stay in the file until their response is
     written, then go a chunk at a time (as on TLS). Read in the handler, the responses of a
     pipelining client that does not read waited whole in memory: 64 fetches of 5 MB held
-    673 MB (docs/architecture.md, "Front-end probes")."""
+    673 MB (docs/development.md, "Front-end probes")."""
     running = await start_broker({"socket.sendfile.enable": "false",
                                   "connection.max.inflight.requests": "8",
                                   "socket.send.stall.timeout.ms": "-1"})

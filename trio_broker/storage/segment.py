@@ -527,7 +527,7 @@ class SegmentRegion(FileRegion):
     unlinked bytes readable, as Kafka's ``.deleted`` rename with ``file.delete.delay.ms`` does.
     No descriptor per region: a client that never reads the responses of Fetches naming
     thousands of partitions would otherwise hold a descriptor per partition and response,
-    and run the broker out of them (docs/architecture.md, "Front-end probes"). A truncation
+    and run the broker out of them (docs/development.md, "Front-end probes"). A truncation
     (which could let later appends overwrite the region's positions) is detected by
     :meth:`check`, which the writer calls before each ``sendfile``; the connection is then
     closed rather than sending other bytes.
