@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from trio_broker.analytics.jobs import (
     BLANK,
     PROBLEM,
+    REQUIRED_FIELDS,
     ROW,
     TEXT,
     WRONG_TYPE,
@@ -151,8 +152,9 @@ def _expected_problem(record: dict[str, Any]) -> str | None:
         return "missing field timestamp"
     if record["timestamp"] in ("yesterday", ""):
         return "bad timestamp"
-    if event == "request" and record.get("api") is None:
-        return "missing field api"
+    for name in REQUIRED_FIELDS.get(event, ()):  # every event's required fields, in order
+        if record.get(name) is None:
+            return f"missing field {name}"
     for name in duration_fields():  # NaN, infinite, negative or above MAX_MS
         value = _as_double(record.get(name))
         if value is not None and not 0 <= value <= MAX_MS:
