@@ -45,6 +45,11 @@ _RELATIVE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def is_url(name: str) -> bool:
+    """Whether an input is a URL (``hdfs://``, ``s3a://``, ``file://``) rather than a local path."""
+    return _SCHEME_RE.match(name) is not None
+
+
 class InputError(ValueError):
     """A PATH argument matched no log file, or a time bound could not be parsed."""
 
@@ -108,7 +113,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
             return None  # unreadable: reported by prepare_inputs
 
     for raw in paths:
-        if _SCHEME_RE.match(raw):
+        if is_url(raw):
             add([raw])
             continue
         path = Path(raw).expanduser()
@@ -272,7 +277,7 @@ def prepare_inputs(files: Sequence[str], work: Path) -> PreparedInputs:
     unusable: dict[str, str] = {}
     links: Path | None = None
     for index, name in enumerate(files):
-        if _SCHEME_RE.match(name):
+        if is_url(name):
             readable.append(name)
             continue
         path = os.path.abspath(os.path.expanduser(name))

@@ -3,7 +3,6 @@ reason and event, samples with file and line number."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ import attrs
 
 from trio_broker.observability.events import EVENTS
 
+from .inputs import is_url
 from .schema import CORRUPT_RECORD, log_schema
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -226,11 +226,6 @@ def _key(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
-def _has_scheme(name: str) -> bool:
-    """Whether an input is a URL (``hdfs://``, ``file://``...) rather than a local path."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", name) is not None
-
-
 def _display_path(uri: str) -> str:
     from urllib.parse import unquote, urlparse
 
@@ -338,7 +333,7 @@ def account_lines(lines: DataFrame, files: Sequence[str], since: datetime | None
                          key=lambda e: (e[1], e[2], e[3]))[:_SAMPLES]
     first_line: dict[tuple[int, str, int], tuple[int, int]] = {}
     usable_by_file: dict[str, int] = {
-        _display_path(f) if display is None or _has_scheme(f) else f: 0 for f in files}
+        _display_path(f) if display is None or is_url(f) else f: 0 for f in files}
     by_file: dict[str, list[Any]] = {}
     for split in splits:
         by_file.setdefault(split[FILE], []).append(split)
