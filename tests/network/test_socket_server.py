@@ -4,7 +4,6 @@ SocketServerTest (names in the docstrings), with the autojump clock where time m
 from __future__ import annotations
 
 import gc
-import os
 import socket
 import struct
 from typing import Any
@@ -16,7 +15,7 @@ import trio.testing
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
 
-from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
+from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient, readable
 from tests.network.conftest import BlockedHandler
 from trio_broker.network.request_channel import Request
 from trio_broker.protocol.codec import encode_request
@@ -500,16 +499,6 @@ async def wait_for(condition: Any, timeout: float = 5.0) -> None:
     with trio.fail_after(timeout):
         while not condition():
             await trio.sleep(0.01)
-
-
-def readable(client: WireClient) -> bool:
-    """Whether the broker has sent anything (or closed) on this connection, without waiting."""
-    with socket.socket(fileno=os.dup(client.stream.socket.fileno())) as sock:
-        try:
-            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return False
-    return True
 
 
 async def test_handler_error_is_answered_and_costs_no_connection(
