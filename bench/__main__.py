@@ -43,6 +43,8 @@ BENCHMARKS = {
     "reference": True,  # the same client script against Tansu (a Rust broker) in the same run
     # about 2.5 min: 1,000 one-record/s producers next to a heavy one (issue 11's goal)
     "many_producers": True,
+    # heavy requests (bombs, huge arrays, thousands of partitions) beside a 20 ms probe
+    "event_loop": True,
     "fuzz": False,  # opt-in (--only fuzz): a million frames
     "analytics": False,  # opt-in (--only analytics; needs pyspark, Java): analyze 2M- and 6M-line logs
 }

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..observability.log import bind_connection, emit
+from ..offload import in_worker
 from ..protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
     from ..server.context import ConnectionInfo
 
 RECEIVE_BYTES = 256 * 1024
+#: Frames from this size on (but Produce, whose records stay bytes) are decoded in a worker
+#: thread: their pre-scan is a Python walk of every entry (docs/architecture.md).
+OFF_LOOP_DECODE_BYTES = 64 * 1024
+PRODUCE_KEY = 0
 #: Bytes a connection may hold undecoded while one of its writes is blocked (read-ahead).
 READ_AHEAD_BYTES = 1024 * 1024
 
@@ -354,7 +359,12 @@ class Connection(ResponseWriter):
                 await self._wait_until_readable()
             reserved, self._frame_reserved = self._frame_reserved, 0
             try:
-                decoded = decode_request(frame, supported)
+                if len(frame) < OFF_LOOP_DECODE_BYTES or frame[1] == PRODUCE_KEY and not frame[0]:
+                    decoded = decode_request(frame, supported)
+                else:
+                    # A large frame's pre-scan walks every entry in Python (and a Metadata
+                    # request's repeated topics are dropped): off the loop (docs/architecture.md).
+                    decoded = await in_worker(None, decode_request, frame, supported)
             except InvalidRequest:
                 self._server.memory_pool.release(reserved)
                 raise

@@ -36,6 +36,8 @@ from kio.static.primitive import i16, i32
 from trio_broker.protocol.encoder import RegionBuffer, compile_encoder
 from trio_broker.protocol.prescan import InvalidRequest, scan_body, skip_tagged_fields
 from trio_broker.protocol.regions import FramedParts, split
+from trio_broker.protocol.repeats import DEDUPE_FROM_BYTES, dedupe_metadata_topics
+from trio_broker.protocol.repeats import METADATA as METADATA_KEY
 
 API_VERSIONS_KEY = 18
 # KIP-511's rule for client software names and versions (ApiVersionsRequest.isValid).
@@ -191,6 +193,9 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
         schema, flexible, reader = plan
         if flexible:  # request header v2: a tagged-field section, no known tags
             offset = skip_tagged_fields(frame, offset, "bad_header", api_key, api_version)
+        if api_key == METADATA_KEY and size >= DEDUPE_FROM_BYTES:
+            # Kafka reads the topics into a set: repeats are dropped before kio builds them.
+            frame = dedupe_metadata_topics(frame, offset, api_version)
         # Every length is checked before kio's native reader trusts it.
         checked = scan_body(schema, frame, offset, api_key, api_version)
         try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cramjam
@@ -154,6 +154,14 @@ def _gunzip(data: bytes, max_size: int) -> bytes:
 
 def _unsnappy(view: memoryview, max_size: int) -> bytearray:
     out = bytearray()
+    for block in snappy_chunks(view):
+        _raw_snappy(block, out, max_size)
+    return out
+
+
+def snappy_chunks(view: memoryview) -> Iterator[memoryview]:
+    """The raw snappy blocks of snappy-compressed records: each chunk of xerial framing, or
+    the one raw block (see the module's docstring)."""
     if len(view) >= _XERIAL_HEADER.size and view[:len(XERIAL_MAGIC)] == XERIAL_MAGIC:
         _, _version, compatible = _XERIAL_HEADER.unpack_from(view)
         if compatible < 1:
@@ -166,10 +174,17 @@ def _unsnappy(view: memoryview, max_size: int) -> bytearray:
             at += _I32.size
             if length < 0 or at + length > len(view):
                 raise CompressionError("xerial snappy chunk runs past the data")
-            _raw_snappy(view[at:at + length], out, max_size)
+            yield view[at:at + length]
             at += length
-        return out
-    _raw_snappy(view, out, max_size)
+        return
+    yield view
+
+
+def unsnappy_block(block: memoryview, max_size: int) -> bytearray:
+    """One raw snappy block inflated, refused before allocation when its preamble declares
+    more than ``max_size`` bytes."""
+    out = bytearray()
+    _raw_snappy(block, out, max_size)
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+import trio
 
 from ..config import BrokerConfig, Endpoint
 from ..coordinator import GroupCoordinator
@@ -54,6 +55,10 @@ class Broker:
     #: SCRAM credentials (DescribeUserScramCredentials / AlterUserScramCredentials, SASL/SCRAM).
     scram: ScramStore = attrs.field(
         default=attrs.Factory(lambda self: ScramStore(self.config.data_dir), takes_self=True))
+    #: Worker threads for work that grows with what a client sent (``server/offload.py``):
+    #: ``num.io.threads`` at once, as Kafka's request-handler threads.
+    workers: trio.CapacityLimiter = attrs.field(default=attrs.Factory(
+        lambda self: trio.CapacityLimiter(self.config.num_io_threads), takes_self=True))
 
     @property
     def node_id(self) -> int:

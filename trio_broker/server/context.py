@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ..protocol.codec import DecodedRequest
 from .acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -35,6 +36,10 @@ class ConnectionInfo:
     #: The SASL state of a SASL_PLAINTEXT or SASL_SSL connection (None on other listeners); it
     #: sets ``principal`` when the client authenticates.
     auth: SaslAuthenticator | None = None
+    #: Held by a Produce of this connection while its records are checked in a worker thread,
+    #: so that the connection's later Produce requests (pipelining) append after it, in the
+    #: order they were sent; created by the first such Produce.
+    produce_turn: trio.Lock | None = None
 
     @property
     def user(self) -> str:

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
-import trio.testing
+
+from ..offload import in_worker
 
 
 def write_durably(path: Path, text: str, *, mode: int = 0o644) -> None:
@@ -47,11 +48,5 @@ class DurableFile:
     async def save(self, snapshot: Callable[[], str]) -> None:
         """Write ``snapshot()`` durably (:func:`write_durably`), off the event loop."""
         async with self._lock:
-            write = functools.partial(write_durably, self.path, snapshot(), mode=self._mode)
-            if isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
-                # Under a virtual clock (tests, the pytest plugin) a worker thread's real time
-                # becomes a jump of virtual time to the next deadline (an idle connection's
-                # expiry): there, write inline, taking no virtual time, as the test expects.
-                write()
-            else:
-                await trio.to_thread.run_sync(write)
+            await in_worker(None, functools.partial(write_durably, self.path, snapshot(),
+                                                    mode=self._mode))

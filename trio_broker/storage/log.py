@@ -22,6 +22,12 @@ from ..config import LONG_MAX
 from ..observability.log import emit
 from ..protocol import records as rb
 from ..protocol.compression import decompressed_limit
+from ..protocol.record_walk import (
+    CheckedRecords,
+    RecordsSummary,
+    WalkBudget,
+    summarize,
+)
 from .cleaner import payload_has_keyless_record, recover_swaps
 from .errors import (
     BATCH_ERRORS,
@@ -231,18 +237,30 @@ class PartitionLog:
 
     # ----------------------------------------------------------------------------- append
     def append(self, records: bytes, *, from_client: bool = True, producer_check: bool = True,
-               append_time: int | None = None) -> AppendResult:
-        """Validate, assign offsets, write. Synchronous: nothing may run in between."""
+               append_time: int | None = None, checked: CheckedRecords | None = None
+               ) -> AppendResult:
+        """Validate, assign offsets, write. Synchronous: nothing may run in between.
+
+        ``checked``: the records already validated by :func:`.record_walk.check_records` (a
+        produce handler does the heavy part in a worker thread); used while this log's limits
+        are still the ones it was checked against."""
         # Runs for every produced batch: attributes are read once into locals, and the common
         # case (one batch, no producer id, CreateTime) takes no detours.
         if self.failed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is offline")
         config = self.config
-        try:
-            batches = rb.split_batches(records, max_size=config.max_message_bytes,
-                                       from_client=from_client)
-        except rb.RecordBatchError as exc:
-            raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
+        summaries: dict[int, RecordsSummary] = {}
+        if (checked is not None and from_client
+                and checked.max_size == config.max_message_bytes
+                and checked.limit == self.decompressed_limit):
+            batches = checked.batches
+            summaries = checked.summaries
+        else:
+            try:
+                batches = rb.split_batches(records, max_size=config.max_message_bytes,
+                                           from_client=from_client)
+            except rb.RecordBatchError as exc:
+                raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
         size = len(records)
         if size > config.segment_bytes:
             # UnifiedLog.append: an append must fit in one segment.
@@ -250,9 +268,8 @@ class PartitionLog:
                 f"Message batch size is {size} bytes in append to partition "
                 f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
                 f"size of {config.segment_bytes}.")
-        decompressed: dict[int, bytes] | None = None
         if from_client and config.compact:
-            decompressed = self._require_keys(records, batches)
+            self._require_keys(records, batches, summaries)
         state = self.producer_state
         if producer_check:
             # Kafka answers a retried batch with the offsets it got the first time.
@@ -277,18 +294,13 @@ class PartitionLog:
         lone = len(batches) == 1
         for position, header in batches:
             if stamp is None:
-                max_timestamp = self._derived_max_timestamp(
-                    data, position, header,
-                    decompressed.get(position) if decompressed is not None else None)
+                max_timestamp = self._derived_max_timestamp(data, position, header, summaries)
             else:
                 max_timestamp = stamp
                 # The header is all LogAppendTime rewrites, but the records are still walked
-                # (a compressed batch decompressed once), as Kafka's LogValidator does: a
-                # corrupt one, a wrong record count or a decompression bomb is refused,
-                # never stored.
-                self._records_bounds(
-                    data, position, header,
-                    decompressed.get(position) if decompressed is not None else None)
+                # (a compressed batch once), as Kafka's LogValidator does: a corrupt one, a
+                # wrong record count or a decompression bomb is refused, never stored.
+                self._records_bounds(data, position, header, summaries)
             rb.assign_offset(data, position, next_offset, stamp, LEADER_EPOCH)
             if not (lone and header.producer_id < 0
                     and not header.attributes & rb.TRANSACTIONAL_BIT):
@@ -335,32 +347,46 @@ class PartitionLog:
         return AppendResult(base_offset, stamp if stamp is not None else -1,
                             self.log_start_offset, next_offset - 1)
 
-    def _require_keys(self, records: bytes, batches: list[tuple[int, rb.BatchHeader]]
-                      ) -> dict[int, bytes]:
+    def _require_keys(self, records: bytes, batches: list[tuple[int, rb.BatchHeader]],
+                      summaries: dict[int, RecordsSummary]) -> None:
         """Kafka's LogValidator.validateKey: a compacted topic refuses records without a key.
-        Returns the compressed batches' records, decompressed, by batch position, so the
-        timestamp check does not decompress them again."""
-        decompressed: dict[int, bytes] = {}
+        Compressed batches are walked once: their summaries stay in ``summaries``."""
         view = memoryview(records)
         for position, header in batches:
-            try:
-                payload = rb.records_payload(view[position:position + header.size], header,
-                                             self.decompressed_limit)
-            except rb.RecordBatchError as exc:
-                raise CorruptMessage(exc.message) from None
-            if header.compression:
-                decompressed[position] = bytes(payload)
-            if payload_has_keyless_record(payload, header):
+            if position in summaries or header.attributes & rb.COMPRESSION_MASK:
+                keyless = self._summary(records, position, header, summaries).keyless
+            else:
+                keyless = payload_has_keyless_record(
+                    rb.records_payload(view[position:position + header.size], header), header)
+            if keyless:
                 raise InvalidRecord(
                     "Compacted topic cannot accept message without key in topic partition "
                     f"{self.topic}-{self.partition}.")
-        return decompressed
+
+    def _summary(self, data: bytes | bytearray, position: int, header: rb.BatchHeader,
+                 summaries: dict[int, RecordsSummary]) -> RecordsSummary:
+        """The batch at ``position`` walked (a compressed one streamed, failing at its first
+        bad record: :mod:`~trio_broker.protocol.record_walk`), once per append."""
+        summary = summaries.get(position)
+        if summary is None:
+            limit = self.decompressed_limit
+            try:
+                summary = summarize(
+                    memoryview(data)[position:position + header.size], header, limit=limit,
+                    budget=WalkBudget(limit))
+            except rb.RecordBatchError as exc:
+                raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+            summaries[position] = summary
+        return summary
 
     def _records_bounds(self, data: bytearray, position: int, header: rb.BatchHeader,
-                        payload: bytes | None = None) -> tuple[int, int]:
+                        summaries: dict[int, RecordsSummary]) -> tuple[int, int]:
+        """The smallest and largest record timestamp of the batch at ``position``."""
+        if position in summaries or header.attributes & rb.COMPRESSION_MASK:
+            summary = self._summary(data, position, header, summaries)
+            return summary.min_timestamp, summary.max_timestamp
         try:
-            return rb.records_timestamp_bounds(data, position, header,
-                                               self.decompressed_limit, payload)
+            return rb.records_timestamp_bounds(data, position, header)
         except rb.RecordBatchError as exc:
             raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
 
@@ -370,20 +396,13 @@ class PartitionLog:
         return decompressed_limit(self.config.max_message_bytes)
 
     def _derived_max_timestamp(self, data: bytearray, position: int, header: rb.BatchHeader,
-                               payload: bytes | None = None) -> int:
+                               summaries: dict[int, RecordsSummary]) -> int:
         """Kafka's LogValidator: the batch's max timestamp is the largest record timestamp,
         whatever the client wrote in the header (sarama and kafka-go may leave it unset); a
         wrong one is rewritten in place (CRC included) so the time index and readers agree.
         Record timestamps outside ``message.timestamp.{before,after}.max.ms`` of now are
         INVALID_TIMESTAMP (KIP-937)."""
-        if payload is None and not header.attributes & rb.COMPRESSION_MASK:
-            # Uncompressed (the usual case): the bounds straight from the batch.
-            try:
-                smallest, derived = rb.records_timestamp_bounds(data, position, header)
-            except rb.RecordBatchError as exc:
-                raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
-        else:
-            smallest, derived = self._records_bounds(data, position, header, payload)
+        smallest, derived = self._records_bounds(data, position, header, summaries)
         config = self.config
         if config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX:
             now = now_ms()

@@ -30,6 +30,8 @@ import trio
 
 from ..config import BrokerConfig
 from ..observability.log import emit
+from ..offload import in_worker
+from ..protocol.record_walk import CheckedRecords
 from .durable import write_durably
 from .errors import (
     InvalidPartitions,
@@ -96,6 +98,15 @@ class LogManager:
         #: collision_key -> topic name, for CreateTopics' collision check (an entry whose topic
         #: is gone is stale, and checked on use).
         self._collision_names: dict[str, str] = {}
+        #: Names being created or deleted in worker threads (:meth:`create_topic_async`,
+        #: :meth:`delete_topic_async`): no second creation or deletion may start on them.
+        self._reserved: set[str] = set()
+        #: The topics file's text versions: each write takes the next number, and a writer
+        #: whose version is older than the one on disk does not write (worker threads and the
+        #: event loop both write it).
+        self._topics_version = 0
+        self._topics_written = 0
+        self._topics_file_lock = threading.Lock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_configs: dict[str, LogConfig] = {}
         self._producer_ids: ProducerIdAllocator | None = None
@@ -215,6 +226,52 @@ class LogManager:
             raise StorageError(f"{failed} ({exc}); none of the {len(partitions)} new "
                                "partitions were created.") from exc
 
+    def _open_new_logs(self, info: TopicInfo, partitions: range) -> list[PartitionLog]:
+        """Create the new partitions' logs without publishing them (a worker thread's part of
+        :meth:`_add_partitions_async`): all or none, as :meth:`_add_partitions`."""
+        logs: list[PartitionLog] = []
+        try:
+            for partition in partitions:
+                log = PartitionLog(info.name, partition, self.data_dir / f"{info.name}-{partition}",
+                                   self._log_configs[info.name])
+                logs.append(log)
+                log.open(clean=True, recovery_point=None)
+        except OSError as exc:
+            for log in logs:
+                log.delete_files()
+            emit("partition_create_failed", topic=info.name, partitions=len(partitions),
+                 created=len(logs) - 1, error=str(exc))
+            raise StorageError(
+                f"Could not create partition {partitions.start + len(logs) - 1} of topic "
+                f"'{info.name}' ({exc}); none of the {len(partitions)} new partitions were "
+                "created.") from exc
+        return logs
+
+    async def _add_partitions_async(self, info: TopicInfo, previous: TopicInfo | None,
+                                    partitions: range) -> None:
+        """:meth:`_add_partitions` with the file work in worker threads: the logs are created,
+        then the topics file names them, then they are published (the order a crash must
+        see: a topics file never names a partition whose directory does not exist)."""
+        logs = await in_worker(None, self._open_new_logs, info, partitions)
+        self._topic_entries[info.name] = _topic_entry(info)
+        try:
+            await in_worker(None, self._write_topics, *self._topics_snapshot())
+        except OSError as exc:
+            if previous is None:
+                self._topic_entries.pop(info.name, None)
+            else:
+                self._topic_entries[info.name] = _topic_entry(previous)
+            await in_worker(None, _delete_logs, logs)
+            emit("partition_create_failed", topic=info.name, partitions=len(partitions),
+                 created=len(partitions), error=f"topic metadata: {exc}")
+            raise StorageError(f"Could not record topic '{info.name}' ({exc}); none of the "
+                               f"{len(partitions)} new partitions were created.") from exc
+        for log in logs:
+            self._logs[(info.name, log.partition)] = log
+        self._topics[info.name] = info
+        if previous is None:
+            self._collision_names[collision_key(info.name)] = info.name
+
     def _discard_logs(self, topic: str, partitions: range) -> None:
         for partition in partitions:
             log = self._logs.pop((topic, partition), None)
@@ -278,10 +335,7 @@ class LogManager:
             if info is None:
                 self._topic_entries.pop(name, None)
             else:
-                self._topic_entries[name] = json.dumps({
-                    "name": info.name, "topic_id": str(info.topic_id),
-                    "num_partitions": info.num_partitions, "configs": dict(info.configs),
-                    "internal": info.internal})
+                self._topic_entries[name] = _topic_entry(info)
 
     def _save_topics(self, *changed: str) -> None:
         """Write the topics file durably, the entries of the ``changed`` topics encoded anew.
@@ -290,8 +344,20 @@ class LogManager:
         with indent= (the pure-Python encoder) on each change held the event loop, every
         connection, for 250 ms per created topic at 10,000 topics."""
         self._encode_topics(*changed)
-        write_durably(self.data_dir / TOPICS_FILE, '{"version": 1, "topics": [\n'
-                      + ",\n".join(self._topic_entries.values()) + "\n]}\n")
+        self._write_topics(*self._topics_snapshot())
+
+    def _topics_snapshot(self) -> tuple[int, str]:
+        """The topics file's next version and text, from the encoded entries."""
+        self._topics_version += 1
+        return self._topics_version, ('{"version": 1, "topics": [\n'
+                                      + ",\n".join(self._topic_entries.values()) + "\n]}\n")
+
+    def _write_topics(self, version: int, text: str) -> None:
+        """Write one version of the topics file, unless a newer one is already written."""
+        with self._topics_file_lock:
+            if version > self._topics_written:
+                write_durably(self.data_dir / TOPICS_FILE, text)
+                self._topics_written = version
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         """A Kafka offset checkpoint file (version, count, then ``topic partition offset``)."""
@@ -435,22 +501,10 @@ class LogManager:
 
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str] = {},  # noqa: B006
                      *, validate_only: bool = False, internal: bool = False) -> TopicInfo:
-        """Create a topic and its (empty) partition logs."""
-        validate_topic_name(name)
-        if name in self._topics:
-            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        other = self._collision_names.get(collision_key(name))
-        if other is not None and other in self._topics:
-            raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
-        if not 1 <= num_partitions <= MAX_PARTITIONS:
-            raise InvalidPartitions(
-                "Number of partitions was set to an invalid non-positive value."
-                if num_partitions < 1 else f"Too many partitions: {num_partitions}")
-        overrides = validate_topic_configs(configs)
-        log_config = LogConfig.build(self.config, overrides)
-        log_config.check()
-        info = TopicInfo(name, uuid.uuid4(), num_partitions, overrides,
-                         internal or name in INTERNAL_TOPICS)
+        """Create a topic and its (empty) partition logs, on the calling thread (the broker's
+        own topics, auto-creation of ``num.partitions``; CreateTopics uses
+        :meth:`create_topic_async`)."""
+        info, log_config = self._new_topic(name, num_partitions, configs, internal)
         if validate_only:
             return info
         self._log_configs[name] = log_config
@@ -460,8 +514,53 @@ class LogManager:
             del self._log_configs[name]
             raise
         emit("topic_created", topic=name, partitions=num_partitions, internal=info.internal,
-             configs=json.dumps(overrides))
+             configs=json.dumps(dict(info.configs)))
         return info
+
+    async def create_topic_async(self, name: str, num_partitions: int,
+                                 configs: Mapping[str, str], *, validate_only: bool = False
+                                 ) -> TopicInfo:
+        """:meth:`create_topic` with the partition logs created and the topics file written in
+        a worker thread (thousands of partitions take seconds of file creation). The name is
+        reserved meanwhile, and the topic appears (to Metadata, Produce, ...) only once its
+        logs exist and the topics file names it."""
+        info, log_config = self._new_topic(name, num_partitions, configs, False)
+        if validate_only:
+            return info
+        self._reserved.add(name)
+        self._collision_names[collision_key(name)] = name
+        self._log_configs[name] = log_config
+        try:
+            await self._add_partitions_async(info, None, range(num_partitions))
+        except BaseException:
+            del self._log_configs[name]
+            raise
+        finally:
+            self._reserved.discard(name)
+        emit("topic_created", topic=name, partitions=num_partitions, internal=info.internal,
+             configs=json.dumps(dict(info.configs)))
+        return info
+
+    def _new_topic(self, name: str, num_partitions: int, configs: Mapping[str, str],
+                   internal: bool) -> tuple[TopicInfo, LogConfig]:
+        """Validate a new topic as Kafka's controller does: its info and log configuration."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+        if name in self._reserved:
+            raise TopicAlreadyExists(f"Topic '{name}' is being created or deleted.")
+        other = self._collision_names.get(collision_key(name))
+        if other is not None and (other in self._topics or other in self._reserved):
+            raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(
+                "Number of partitions was set to an invalid non-positive value."
+                if num_partitions < 1 else f"Too many partitions: {num_partitions}")
+        overrides = validate_topic_configs(configs)
+        log_config = LogConfig.build(self.config, overrides)
+        log_config.check()
+        return TopicInfo(name, uuid.uuid4(), num_partitions, overrides,
+                         internal or name in INTERNAL_TOPICS), log_config
 
     def delete_topic(self, name: str) -> None:
         info = self._require(name)
@@ -482,9 +581,71 @@ class LogManager:
             self._write_log_starts()
         emit("topic_deleted", topic=name)
 
+    async def delete_topic_async(self, name: str) -> None:
+        """:meth:`delete_topic` with the topics file and the partition directories (thousands
+        of files) handled in worker threads. The topic is gone for every request at once; its
+        name stays reserved until its files are."""
+        info = self._require(name)
+        del self._topics[name]
+        self._reserved.add(name)
+        try:
+            logs = [log for partition in range(info.num_partitions)
+                    if (log := self._logs.pop((name, partition), None)) is not None]
+            for log in logs:
+                log._wake()
+            self._log_configs.pop(name, None)
+            self._encode_topics(name)
+            await in_worker(None, self._write_topics, *self._topics_snapshot())
+            moved_start = any(log.log_start_offset > log.segments[0].base_offset
+                              for log in logs)
+            forgot = self.cleaner.forget(name)
+            await in_worker(None, self._forget_files, logs, forgot, moved_start)
+        finally:
+            self._reserved.discard(name)
+        emit("topic_deleted", topic=name)
+
+    def _forget_files(self, logs: list[PartitionLog], cleaner_checkpoint: bool,
+                      log_starts: bool) -> None:
+        """A deleted topic's files gone, and the checkpoints that named its partitions
+        rewritten (a topic re-created under the name must not inherit its start offsets)."""
+        _delete_logs(logs)
+        if cleaner_checkpoint:
+            self.cleaner.write_checkpoints()
+        if log_starts:
+            self._write_log_starts()
+
+    async def create_partitions_async(self, name: str, new_total: int, *,
+                                      validate_only: bool = False) -> TopicInfo:
+        """:meth:`create_partitions` with the new logs created in a worker thread."""
+        info = self._require(name)
+        updated = self._grown(info, new_total)
+        if validate_only or name in self._reserved:
+            if name in self._reserved:
+                raise InvalidPartitions(f"Topic '{name}' is being changed; try again.")
+            return updated
+        self._reserved.add(name)
+        try:
+            await self._add_partitions_async(updated, info,
+                                             range(info.num_partitions, new_total))
+        finally:
+            self._reserved.discard(name)
+        emit("partitions_created", topic=name, partitions=new_total)
+        return updated
+
     def create_partitions(self, name: str, new_total: int, *,
                           validate_only: bool = False) -> TopicInfo:
         info = self._require(name)
+        updated = self._grown(info, new_total)
+        if validate_only:
+            return updated
+        self._add_partitions(updated, info, range(info.num_partitions, new_total))
+        emit("partitions_created", topic=name, partitions=new_total)
+        return updated
+
+    @staticmethod
+    def _grown(info: TopicInfo, new_total: int) -> TopicInfo:
+        """CreatePartitions' checks (Kafka's ``ReplicationControlManager``): ``info`` with
+        ``new_total`` partitions."""
         if new_total < info.num_partitions:
             raise InvalidPartitions(
                 f"Topic currently has {info.num_partitions} partitions, which is higher than "
@@ -493,12 +654,7 @@ class LogManager:
             raise InvalidPartitions(f"Topic already has {info.num_partitions} partitions.")
         if new_total > MAX_PARTITIONS:
             raise InvalidPartitions(f"Too many partitions: {new_total}")
-        updated = attrs.evolve(info, num_partitions=new_total)
-        if validate_only:
-            return updated
-        self._add_partitions(updated, info, range(info.num_partitions, new_total))
-        emit("partitions_created", topic=name, partitions=new_total)
-        return updated
+        return attrs.evolve(info, num_partitions=new_total)
 
     def describe_topic_config(self, name: str) -> list[ConfigEntry]:
         return describe_configs(self.config, self._require(name).configs)
@@ -545,14 +701,17 @@ class LogManager:
         return log
 
     async def append(self, topic: str, partition: int, records: bytes, *,
-                     producer_check: bool = True) -> AppendResult:
+                     producer_check: bool = True, checked: CheckedRecords | None = None
+                     ) -> AppendResult:
         """Validate and append a ``records`` blob; flush when the policy says so.
 
         ``producer_check=False`` is for the broker's own writers (the group coordinator): no
-        idempotence checks, and control batches are allowed.
+        idempotence checks, and control batches are allowed. ``checked``: the records'
+        heavy checks, done ahead (:meth:`PartitionLog.append`).
         """
         log = self._log(topic, partition)
-        result = log.append(records, from_client=producer_check, producer_check=producer_check)
+        result = log.append(records, from_client=producer_check, producer_check=producer_check,
+                            checked=checked)
         if log.needs_flush and not result.duplicate:
             # Shielded: the records are in the log, and the answer waits for the flush; a
             # produce handled inline relies on this being its only checkpoint
@@ -619,3 +778,15 @@ class LogManager:
 
     def all_partitions(self) -> list[PartitionLog]:
         return list(self._logs.values())
+
+
+def _topic_entry(info: TopicInfo) -> str:
+    """A topic's entry in the topics file."""
+    return json.dumps({"name": info.name, "topic_id": str(info.topic_id),
+                       "num_partitions": info.num_partitions, "configs": dict(info.configs),
+                       "internal": info.internal})
+
+
+def _delete_logs(logs: list[PartitionLog]) -> None:
+    for log in logs:
+        log.delete_files()

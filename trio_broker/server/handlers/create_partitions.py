@@ -104,8 +104,8 @@ async def handle_create_partitions(ctx: RequestContext, body: Any) -> Any:
                     code, message = ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED
                 else:
                     try:
-                        lm.create_partitions(name, int(topic.count),
-                                             validate_only=bool(body.validate_only))
+                        await lm.create_partitions_async(name, int(topic.count),
+                                                         validate_only=bool(body.validate_only))
                     except Exception as exc:  # StorageError, per topic
                         code, message = error_of(exc)
         results.append(build(module.CreatePartitionsTopicResult, name=name, error_code=code,

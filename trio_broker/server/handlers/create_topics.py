@@ -196,7 +196,8 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
                                   THROTTLING_QUOTA_EXCEEDED))
             continue
         try:
-            info = lm.create_topic(name, count, configs, validate_only=bool(body.validate_only))
+            info = await lm.create_topic_async(name, count, configs,
+                                               validate_only=bool(body.validate_only))
         except Exception as exc:  # StorageError: its code; anything else: UNKNOWN_SERVER_ERROR
             code, message = error_of(exc)
             results.append(result(name, code, message))

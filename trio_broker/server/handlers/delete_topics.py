@@ -87,7 +87,7 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                 else:
                     topic_id = info.topic_id
                     try:
-                        lm.delete_topic(name)
+                        await lm.delete_topic_async(name)
                         ctx.broker.topic_metrics.forget(name)
                         ctx.broker.group_coordinator.forget_topic(name)
                         ctx.broker.transaction_coordinator.offsets.forget_topic(name)

@@ -12,11 +12,21 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
+import attrs
+import trio
 from kio.schema.errors import ErrorCode
 
+from ...offload import in_worker
 from ...protocol import records as rb
 from ...protocol.produce_response import DIRECT_VERSIONS, produce_response_frame
-from ...storage.errors import ProducerRefusal
+from ...protocol.record_walk import (
+    CheckedRecords,
+    Deferred,
+    WalkBudget,
+    check_records,
+    request_budget,
+)
+from ...storage.errors import BATCH_ERRORS, CorruptMessage, ProducerRefusal
 from ..acl import AclOperation, ResourceType
 from ..context import NO_RESPONSE, CloseConnection, EncodedBody, RequestContext
 from ..registry import api_handler
@@ -66,9 +76,69 @@ def describe_refusals(refusals: list[ProducerRefusal]) -> str:
     return f"{text}; +{more} more" if more > 0 else text
 
 
+#: Records (compressed, or larger than this) are checked before their append, on the event loop
+#: up to :data:`INLINE_WALK_BYTES` per request and in a worker thread past that.
+LIGHT_RECORDS_BYTES = 64 * 1024
+#: Record bytes (decompressed) one request may have walked on the event loop; one uncompressed
+#: batch of the default ``message.max.bytes`` still fits (bulk producers stay inline).
+INLINE_WALK_BYTES = (1 << 20) + 4096
+
+
+@attrs.define
+class _RequestWork:
+    """What one Produce request has spent checking records, and where the rest goes."""
+
+    #: The event loop's allowance for this request (``defer``: past it, a worker thread).
+    inline: WalkBudget = attrs.field(factory=lambda: WalkBudget(INLINE_WALK_BYTES, defer=True))
+    #: The request's whole budget, charged by the worker thread (set at the first hand-over).
+    total: WalkBudget | None = None
+    #: This request holds its connection's ``produce_turn``.
+    holds_turn: bool = False
+
+
+def _is_heavy(records: bytes) -> bool:
+    return len(records) > LIGHT_RECORDS_BYTES or (
+        len(records) >= rb.HEADER_SIZE
+        and records[rb.ATTRIBUTES_OFFSET + 1] & rb.COMPRESSION_MASK != 0)
+
+
+async def _check_ahead(ctx: RequestContext, topic: str, partition: int, records: bytes,
+                       work: _RequestWork) -> CheckedRecords:
+    """The records' CRCs and every record checked before the append: on the event loop while
+    the request's inline allowance lasts, then in a worker thread (its connection's later
+    Produce requests wait for this one: ``produce_turn``). Raises the storage error the append
+    would (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE)."""
+    log = ctx.broker.log_manager.get_partition(topic, partition)
+    assert log is not None
+    max_size, limit = log.config.max_message_bytes, log.decompressed_limit
+    try:
+        if work.total is None:
+            try:
+                return check_records(records, max_size=max_size, limit=limit,
+                                     budget=work.inline)
+            except Deferred:
+                work.total = WalkBudget(request_budget(limit, ctx.size))
+        if not work.holds_turn:
+            turn = ctx.connection.produce_turn
+            if turn is None:
+                turn = ctx.connection.produce_turn = trio.Lock()
+            with trio.CancelScope(shield=True):
+                await turn.acquire()
+            work.holds_turn = True
+        return await in_worker(ctx.broker.workers, _check_in_thread, records, max_size, limit,
+                               work.total)
+    except rb.RecordBatchError as exc:
+        raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+
+
+def _check_in_thread(records: bytes, max_size: int, limit: int, budget: WalkBudget
+                     ) -> CheckedRecords:
+    return check_records(records, max_size=max_size, limit=limit, budget=budget)
+
+
 async def _append_one(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                      transactional_id: str | None, refusals: list[ProducerRefusal]
-                      ) -> tuple[ErrorCode, str | None, int, int, int]:
+                      transactional_id: str | None, refusals: list[ProducerRefusal],
+                      work: _RequestWork | None) -> tuple[ErrorCode, str | None, int, int, int]:
     """``(error, message, base_offset, log_append_time, log_start_offset)``; counts the topic's
     BrokerTopicMetrics (TotalProduceRequests, BytesIn, MessagesIn, FailedProduceRequests) as
     Kafka's ``appendToLocalLog`` does, for the topic and all topics. A batch the producer
@@ -96,7 +166,10 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
                     partition)
         if code is ErrorCode.none:
             try:
-                result = await broker.log_manager.append(topic, partition, records)
+                checked = (await _check_ahead(ctx, topic, partition, records, work)
+                           if work is not None and _is_heavy(records) else None)
+                result = await broker.log_manager.append(topic, partition, records,
+                                                         checked=checked)
             except Exception as exc:  # StorageError carries the code; anything else: a server error
                 code, message = error_of(exc)
                 refusal = getattr(exc, "refusal", None)
@@ -183,9 +256,41 @@ def _partitions_once(topic_data: Any) -> Iterable[tuple[str, Iterable[tuple[int,
     return ((name, mentions.items()) for name, mentions in by_topic.items())
 
 
+async def _produce_in_turn(ctx: RequestContext, body: Any, turn: trio.Lock) -> Any:
+    """A Produce sent while an earlier one of its connection still has records in a worker
+    thread: it waits for that one, so the connection's appends keep their order."""
+    with trio.CancelScope(shield=True):
+        await turn.acquire()
+    try:
+        return await _produce(ctx, body, _RequestWork(holds_turn=True))
+    finally:
+        turn.release()
+
+
 @api_handler(PRODUCE, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     """Append every partition's records; one result per partition, in request order."""
+    turn = ctx.connection.produce_turn
+    if turn is not None and turn.locked():
+        return await _produce_in_turn(ctx, body, turn)
+    return await _produce(ctx, body, None)
+
+
+async def _produce(ctx: RequestContext, body: Any, work: _RequestWork | None) -> Any:
+    """The request's work; a :class:`_RequestWork` that takes its connection's turn (a
+    worker thread checks records) gives it back at the end."""
+    preheld = work is not None
+    try:
+        return await _produce_partitions(ctx, body, work)
+    finally:
+        turn = ctx.connection.produce_turn
+        if turn is not None and not preheld and turn.locked() and turn.statistics().owner is \
+                trio.lowlevel.current_task():
+            turn.release()
+
+
+async def _produce_partitions(ctx: RequestContext, body: Any, work: _RequestWork | None
+                              ) -> Any:
     broker = ctx.broker
     lm = broker.log_manager
     acks = int(body.acks)
@@ -219,8 +324,11 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                 result = (ErrorCode.invalid_topic_exception,
                           f"Cannot append to internal topic {name}", -1, -1, -1)
             else:
-                result = await _append_one(ctx, name, index, data.records, transactional_id,
-                                           refusals)
+                records = data.records
+                if work is None and records is not None and _is_heavy(records):
+                    work = _RequestWork()
+                result = await _append_one(ctx, name, index, records, transactional_id,
+                                           refusals, work)
             if result[0] is not ErrorCode.none:
                 failed = True
             partitions.append((index, *result))
