@@ -113,8 +113,13 @@ class ProducerStateManager:
                     f"{header.producer_epoch} (request epoch), {header.base_sequence} "
                     f"(seq. number), {epoch} (current producer epoch)",
                     self._refusal("OUT_OF_ORDER_SEQUENCE_NUMBER", header, epoch, 0))
-        elif epoch != rb.NO_PRODUCER_EPOCH and not (
-                last_seq == rb.NO_SEQUENCE or _in_sequence(last_seq, header.base_sequence)):
+        elif epoch != rb.NO_PRODUCER_EPOCH and not _in_sequence(last_seq,
+                                                                 header.base_sequence):
+            # Kafka's checkSequence: only a producer the partition knows no epoch of may start
+            # anywhere. One known with no batch (a marker of a bumped epoch cleared them: a
+            # fence, a timed-out transaction) starts at 0, as -1 + 1. A marker of the same
+            # epoch keeps the batches: the sequence goes on across COMMIT and ABORT (issue 36).
+            # The refusal names last_seq + 1 as expected (0 after no batch).
             raise OutOfOrderSequence(
                 f"Out of order sequence number for producer {header.producer_id} at offset "
                 f"{offset} in partition {self.topic}-{self.partition}: "
