@@ -553,7 +553,7 @@ def test_murmur2_matches_kafka() -> None:
 @pytest.mark.parametrize(("args", "reason"), [
     (("produce",), "the following arguments are required: --topic"),
     (("produce", "--topic", "t", "--acks", "0"), "invalid choice"),
-    (("consume",), "the following arguments are required: --topic"),
+    (("consume",), "Exactly one of --include/--topic is required."),
     (("consume", "--topic", "t", "--offset", "5"), "The partition is required"),
     (("consume", "--topic", "t", "--offset", "1", "--from-beginning", "--partition", "0"),
      "not allowed with argument"),

@@ -1,7 +1,8 @@
 """The ``trio_broker`` command: ``run`` the broker, ``analyze`` its logs, set client ``quotas``,
 manage ``acls`` and ``scram`` users, print the ``config`` docs, and the operator tools that talk
 to any Kafka-protocol broker (``topics``, ``groups``, ``configs``, ``users``, ``produce``,
-``consume``, ``cluster``; docs/cli.md)."""
+``consume``, ``cluster``, ``get-offsets``, ``delete-records``, ``broker-api-versions``,
+``log-dirs``, ``features``, ``leader-election``, the perf tests; docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -119,6 +120,33 @@ _TOOL_MODULES = {
         ".tools.configs:users_main",
         "add, delete, describe SCRAM credentials and quotas of users over the wire "
         "(kafka-configs.sh --entity-type users)"),
+    "get-offsets": _Tool(
+        ".tools.offsets:get_offsets_main",
+        "print partitions' earliest, latest or by-time offsets (kafka-get-offsets.sh)"),
+    "delete-records": _Tool(
+        ".tools.offsets:delete_records_main",
+        "delete partitions' records before an offset (kafka-delete-records.sh)"),
+    "broker-api-versions": _Tool(
+        ".tools.brokers:broker_api_versions_main",
+        "print each broker's API versions (kafka-broker-api-versions.sh)"),
+    "log-dirs": _Tool(
+        ".tools.brokers:log_dirs_main",
+        "describe brokers' log directories and partition sizes (kafka-log-dirs.sh)"),
+    "features": _Tool(
+        ".tools.brokers:features_main",
+        "describe or change feature flags (kafka-features.sh)"),
+    "leader-election": _Tool(
+        ".tools.brokers:leader_election_main",
+        "elect preferred or unclean partition leaders (kafka-leader-election.sh)"),
+    "metadata-quorum": _Tool(
+        ".tools.brokers:metadata_quorum_main",
+        "describe a KRaft metadata quorum (kafka-metadata-quorum.sh; Apache Kafka only)"),
+    "producer-perf-test": _Tool(
+        ".tools.perf:producer_perf_main",
+        "measure produce throughput and latency (kafka-producer-perf-test.sh)"),
+    "consumer-perf-test": _Tool(
+        ".tools.perf:consumer_perf_main",
+        "measure consume throughput (kafka-consumer-perf-test.sh)"),
 }
 
 
@@ -211,7 +239,8 @@ def run_broker(config: BrokerConfig) -> int:
             writer = configure_logging(
                 broker_id=config.node_id, file=config.logging_file, fmt=config.logging_format,
                 level=config.logging_level, max_bytes=config.logging_file_max_bytes,
-                backup_count=config.logging_file_backup_count)
+                backup_count=config.logging_file_backup_count,
+                traffic=config.logging_traffic)
         except OSError as failed:
             raise ConfigError("logging.file", config.logging_file,
                               f"cannot be opened for writing ({failed.strerror or failed})"

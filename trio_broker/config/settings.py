@@ -440,6 +440,14 @@ class BrokerConfig:
     logging_level: str = _str_setting(
         "logging.level", "INFO", "Lowest level written.",
         validator=one_of("DEBUG", "INFO", "WARNING", "ERROR"), group="Observability")
+    logging_traffic: str = _str_setting(
+        "logging.traffic", "auto",
+        "The per-request and per-connection lines (request, connection_accepted, "
+        "connection_closed, client_registered, authentication_succeeded, throttle_started, "
+        "throttle_ended): auto writes them in json output and leaves them out of console "
+        "output (Kafka's request logger is off by default); true: always; false: never (the "
+        "analyze jobs then have no requests to read).",
+        validator=one_of("auto", "true", "false"), group="Observability")
     logging_file_max_bytes: int = _long(
         "logging.file.max.bytes", 104857600, "Rotate logging.file at this size; 0: never.",
         validator=at_least(0), group="Observability")
@@ -450,6 +458,11 @@ class BrokerConfig:
         "logging.metrics.snapshot.interval.ms", 10000,
         "Interval of the metrics_snapshot log event; 0 disables it.", validator=at_least(0),
         group="Observability")
+    event_loop_blocked_threshold_ms: int = _long(
+        "event.loop.blocked.threshold.ms", 100,
+        "A run of the event loop longer than this (every connection waited) is logged as "
+        "event_loop_blocked, naming the request being handled; 0 disables it.",
+        validator=at_least(0), group="Observability")
 
     #: ``listener.name.<listener>.<key>`` settings, by lower-case listener name then key.
     listener_overrides: Mapping[str, Mapping[str, int]] = attrs.field(factory=dict)

@@ -220,7 +220,8 @@ class _WriterLogger:
     log = debug = info = warning = warn = error = critical = exception = msg
 
 
-_state: dict[str, Any] = {"writer": None, "strict": False, "broker": None, "violations": []}
+_state: dict[str, Any] = {"writer": None, "strict": False, "broker": None, "violations": [],
+                          "silenced": frozenset()}
 
 
 def _check_schema(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]
@@ -309,12 +310,35 @@ def _report_lines_lost(count: int) -> None:
     emit("log_lines_dropped", lines=count)
 
 
+#: The lines written per request or per connection (``logging.traffic``): what Kafka logs in its
+#: request logger (off by default) or at DEBUG (connections, authentications, throttling). They
+#: are what the analyze jobs read, so JSON output has them; on a terminal they would drown the
+#: lifecycle lines and warnings (one idle consumer: a line per fetch).
+TRAFFIC_EVENTS = frozenset({
+    "request", "connection_accepted", "connection_closed", "client_registered",
+    "authentication_succeeded", "throttle_started", "throttle_ended",
+})
+
+
+def writes_traffic(traffic: str | bool | None, fmt: str) -> bool:
+    """Whether the :data:`TRAFFIC_EVENTS` are written: ``logging.traffic`` (``auto``/None: in
+    JSON output only; ``true``; ``false``) for output in ``fmt``."""
+    if traffic is None or traffic == "auto":
+        return fmt == "json"
+    if isinstance(traffic, str):
+        return traffic.lower() == "true"
+    return traffic
+
+
 def configure_logging(*, broker_id: int, file: str | None = None, fmt: str | None = None,
                       level: str = "INFO", max_bytes: int = 0, backup_count: int = 0,
-                      strict: bool = False, stream: TextIO | None = None) -> LineWriter:
+                      strict: bool = False, stream: TextIO | None = None,
+                      traffic: str | bool | None = None) -> LineWriter:
     """Configure structlog for the broker; returns the writer (call ``close()`` at exit).
 
-    ``fmt`` None picks console output on a terminal and JSON otherwise.
+    ``fmt`` None picks console output on a terminal and JSON otherwise. ``traffic`` is
+    ``logging.traffic``: whether the per-request and per-connection lines
+    (:data:`TRAFFIC_EVENTS`) are written; None (``auto``) writes them in JSON output only.
     """
     previous = _state["writer"]
     if previous is not None:
@@ -325,7 +349,8 @@ def configure_logging(*, broker_id: int, file: str | None = None, fmt: str | Non
         fmt = "console" if file is None and out.isatty() else "json"
     renderer: Any = (structlog.dev.ConsoleRenderer(colors=False) if fmt == "console"
                      else structlog.processors.JSONRenderer(serializer=_orjson_dumps))
-    _state.update(writer=writer, strict=strict, broker=broker_id)
+    _state.update(writer=writer, strict=strict, broker=broker_id,
+                  silenced=frozenset() if writes_traffic(traffic, fmt) else TRAFFIC_EVENTS)
     writer.on_lines_lost = _report_lines_lost
     # No merge_contextvars: nothing binds structlog context variables (connections use
     # _CONNECTION), and copying the task's context on every line costs more than it is worth.
@@ -410,7 +435,9 @@ def emit_fields(event: str, fields: dict[str, Any], /) -> None:
     method = _methods.get(event)
     if method is None:
         spec = EVENTS.get(event)
-        method = _methods[event] = _method_for(spec.level if spec is not None else "info")
+        method = _methods[event] = (
+            _skip if event in _state["silenced"]
+            else _method_for(spec.level if spec is not None else "info"))
     method(event, fields)
 
 

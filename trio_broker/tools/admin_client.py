@@ -118,6 +118,8 @@ class AdminConnection:
         self._codec = ClientCodec(client_id, _MAX_RESPONSE_BYTES)
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self.security = PLAINTEXT
+        #: ``host:port`` this connection was opened to (for :meth:`reopen`).
+        self.address = ""
 
     @classmethod
     def connect(cls, bootstrap: str, *, timeout: float = 30.0,
@@ -141,6 +143,7 @@ class AdminConnection:
                                            f"{getattr(exc, 'reason', None) or exc}") from None
             connection = cls(sock, timeout, client_id)
             connection.security = security
+            connection.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             try:
                 connection._handshake()
                 if security.uses_sasl:
@@ -225,6 +228,35 @@ class AdminConnection:
         except InvalidResponse as exc:
             raise AdminClientError(
                 f"Invalid {api_display_name(api_key)} response from the broker: {exc}") from None
+
+    @property
+    def in_sync(self) -> bool:
+        """No request is waiting for its response: the next response read is the next
+        request's (false after an interrupted call, e.g. Ctrl-C during a Fetch)."""
+        return not self._codec.pending
+
+    def reopen(self) -> AdminConnection:
+        """A new connection to the same broker, with the same client id and security."""
+        return AdminConnection.connect(self.address, timeout=self._timeout,
+                                       client_id=self.client_id, security=self.security)
+
+    def send_nowait(self, api_key: int, api_version: int, body: Any, *,
+                    expect_response: bool = True) -> int:
+        """Send one request without waiting for its response (pipelining, as a producer with
+        several requests in flight); :meth:`receive` reads the responses in order. With
+        ``expect_response`` False (Produce with acks=0) no response will come."""
+        correlation, frame = self._codec.encode(api_key, api_version, body)
+        if not expect_response:
+            self._codec.forget(correlation)
+        self._sock.sendall(frame)
+        return correlation
+
+    def receive(self) -> tuple[int, Any]:
+        """The next response: ``(correlation id, decoded body)``."""
+        try:
+            return self._codec.decode(self._receive_frame())
+        except InvalidResponse as exc:
+            raise AdminClientError(f"Invalid response from the broker: {exc}") from None
 
     def _receive_frame(self) -> bytes:
         while (payload := self._codec.next_frame()) is None:

@@ -34,7 +34,7 @@ from .admin_client import (
 
 #: The newest version of each API these tools build requests for (kio generates them all; the
 #: tools pick ``min(this, broker max)`` so older brokers work as long as the fields exist).
-PINNED_VERSIONS = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 8, 10: 4, 15: 5, 16: 4, 18: 3, 19: 7,
+PINNED_VERSIONS = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 8, 10: 4, 15: 5, 16: 5, 18: 3, 19: 7,
                    20: 6, 32: 4, 33: 2, 37: 3, 42: 2, 44: 1, 47: 0, 60: 0}
 
 
@@ -68,6 +68,49 @@ def check(code: int, message: str | None = None, where: str = "") -> None:
     """Raise :class:`BrokerError` unless ``code`` is NONE."""
     if code != ErrorCode.none:
         raise BrokerError(code, message, where)
+
+
+#: Kafka's exception class and ``Errors`` message of the errors its tools print as a Java
+#: exception (``ExecutionException.getMessage()``: ``<class>: <message>``).
+_JAVA_ERRORS = {
+    ErrorCode.offset_out_of_range: (
+        "OffsetOutOfRangeException",
+        "The requested offset is not within the range of offsets maintained by the server."),
+    ErrorCode.unknown_topic_or_partition: (
+        "UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
+    ErrorCode.not_leader_or_follower: (
+        "NotLeaderOrFollowerException",
+        "For requests intended only for the leader, this error indicates that the broker is "
+        "not the current leader. For requests intended for any replica, this error indicates "
+        "that the broker is not a replica of the topic partition."),
+    ErrorCode.policy_violation: ("PolicyViolationException",
+                                 "Request parameters do not satisfy the configured policy."),
+    ErrorCode.topic_authorization_failed: ("TopicAuthorizationException",
+                                           "Topic authorization failed."),
+    ErrorCode.cluster_authorization_failed: ("ClusterAuthorizationException",
+                                             "Cluster authorization failed."),
+    ErrorCode.election_not_needed: ("ElectionNotNeededException",
+                                    "Leader election not needed for topic partition."),
+    ErrorCode.preferred_leader_not_available: (
+        "PreferredLeaderNotAvailableException",
+        "The preferred leader was not available."),
+    ErrorCode.eligible_leaders_not_available: (
+        "EligibleLeadersNotAvailableException",
+        "Eligible topic partition leaders are not available."),
+    ErrorCode.unsupported_version: ("UnsupportedVersionException",
+                                    "The version of API is not supported."),
+}
+
+
+def java_error(code: int, message: str | None = None) -> str:
+    """An error code as a Kafka tool prints the exception it becomes:
+    ``org.apache.kafka.common.errors.OffsetOutOfRangeException: The requested offset ...``
+    (the response's error message when it has one; the error's name for the rest)."""
+    error = ErrorCode(code)
+    known = _JAVA_ERRORS.get(error)
+    if known is None:
+        return f"{error.name.upper()}" + (f": {message}" if message else "")
+    return f"org.apache.kafka.common.errors.{known[0]}: {message or known[1]}"
 
 
 def ms(value: float) -> datetime.timedelta:

@@ -5,8 +5,10 @@ They speak Produce / Fetch / ListOffsets / OffsetFetch / OffsetCommit through th
 blocking :class:`~trio_broker.tools.admin_client.AdminConnection` (one connection to the
 bootstrap broker; a single-node cluster, or a cluster whose bootstrap broker leads the
 partitions used). Records are encoded and decoded with :mod:`trio_broker.protocol.records`.
-``--group`` reads from and commits to the group's offsets without joining the group (as
-``kcat -C -G`` does not, and AdminClient's offset calls do): all partitions are read.
+``--group`` joins the group as a consumer-protocol member (KIP-848, :mod:`.group_member`):
+the broker assigns the partitions, the consumer starts at their committed offsets, commits
+what it wrote and leaves on exit; with ``--partition`` or ``--offset`` it reads the partitions
+asked for without joining (Kafka's ``assign()``) and commits to the group's offsets.
 """
 
 from __future__ import annotations
@@ -23,16 +25,19 @@ from kio.schema.errors import ErrorCode
 from ..protocol import records as rb
 from .admin_client import AdminConnection
 from .common import (
+    BrokerError,
     Parser,
     Request,
     ToolError,
     UsageError,
     add_connection_options,
     check,
-    connect,
+    client_settings,
+    connect_with,
     ms,
     run,
 )
+from .group_member import CONSUMER_GROUP_HEARTBEAT, GroupMember
 from .groups import EARLIEST, LATEST, commit, committed, coordinator, list_offsets
 from .topics import metadata
 
@@ -69,6 +74,26 @@ def _properties(items: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"Invalid property (want key=value): {item}")
         found[key.strip()] = value.encode().decode("unicode_escape")
     return found
+
+
+def client_properties(items: Sequence[str]) -> dict[str, str]:
+    """``--producer-property``/``--consumer-property`` ``KEY=VALUE`` pairs, taken as
+    ``CommandLineUtils.parseKeyValueArgs`` takes them (split at the first ``=``)."""
+    found = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"Invalid command line properties: {item}")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def _settings(ns: argparse.Namespace, extra: Sequence[str], tool: str) -> dict[str, str]:
+    """The client's properties: the config file (``--command-config`` or the Kafka 3 name),
+    then ``--producer-property``/``--consumer-property``, which win (as in Kafka)."""
+    settings = client_settings(ns.command_config, tool)
+    settings.update(client_properties(extra))
+    return settings
 
 
 def _flag(props: dict[str, str], key: str) -> bool:
@@ -180,14 +205,21 @@ def producer_metadata(conn: AdminConnection, topic: str) -> Any:
     return answer
 
 
+#: ``--compression-codec`` / ``compression.type``: Kafka's names and the batch attribute bits.
+CODECS = {"none": rb.COMPRESSION_NONE, "gzip": rb.COMPRESSION_GZIP,
+          "snappy": rb.COMPRESSION_SNAPPY, "lz4": rb.COMPRESSION_LZ4,
+          "zstd": rb.COMPRESSION_ZSTD}
+
+
 class Producer:
     """Batches records per partition and sends them with acks=all (or ``--acks``)."""
 
     def __init__(self, conn: AdminConnection, topic: str, acks: int,
-                 partition: int | None) -> None:
+                 partition: int | None, codec: int = rb.COMPRESSION_NONE) -> None:
         self.conn = conn
         self.topic = topic
         self.acks = acks
+        self.codec = codec
         self.request = Request(conn, PRODUCE)
         self.partitions = len(producer_metadata(conn, topic).partitions)
         if partition is not None and not 0 <= partition < self.partitions:
@@ -218,7 +250,8 @@ class Producer:
             return
         r = self.request
         body_topics = (r.nested("TopicProduceData", name=self.topic, partition_data=tuple(
-            r.nested("PartitionProduceData", index=p, records=rb.build_batch(batch))
+            r.nested("PartitionProduceData", index=p,
+                     records=rb.build_batch(batch, attributes=self.codec))
             for p, batch in sorted(self.pending.items()))),)
         count = sum(len(b) for b in self.pending.values())
         self.pending.clear()
@@ -254,9 +287,41 @@ def produce_parser() -> argparse.ArgumentParser:
     add("-K", dest="kcat_key_separator", metavar="SEP",
         help="kcat's key delimiter: the same as --property parse.key=true --property "
              "key.separator=SEP")
-    add("--acks", "--request-required-acks", type=int, default=-1, choices=(-1, 1),
-        help="acks: -1 (all, default) or 1")
+    add("--acks", "--request-required-acks", type=int, choices=(-1, 1),
+        help="acks: -1 (all, default) or 1 (wins over acks in --producer-property)")
+    add("--compression-codec", nargs="?", const="gzip", choices=tuple(CODECS),
+        metavar="CODEC", help="compress batches: none, gzip, snappy, lz4 or zstd; gzip when "
+        "given without a value (wins over compression.type in --producer-property)")
+    add("--sync", action="store_true",
+        help="send each record on its own and wait for its acknowledgement, one at a time")
+    add("--producer-property", action="append", default=[], metavar="KEY=VALUE",
+        help="producer properties: acks, compression.type, client.id, request.timeout.ms, "
+             "security.protocol, ssl.*, sasl.* (win over --command-config's; others are "
+             "accepted and have no effect)")
     return parser
+
+
+def producer_acks(ns: argparse.Namespace, settings: dict[str, str]) -> int:
+    """``--request-required-acks``, else the ``acks`` property (all/-1, 1), else -1."""
+    if ns.acks is not None:
+        return int(ns.acks)
+    text = settings.get("acks", "all").strip().lower()
+    acks = {"all": -1, "-1": -1, "1": 1}.get(text)
+    if acks is None:
+        raise UsageError(f"Invalid value {text} for configuration acks: acks=0 is not "
+                         "supported (use all, -1 or 1)" if text == "0" else
+                         f"Invalid value {text} for configuration acks: String must be one "
+                         "of: all, -1, 0, 1")
+    return acks
+
+
+def producer_codec(ns: argparse.Namespace, settings: dict[str, str]) -> int:
+    """``--compression-codec``, else the ``compression.type`` property, else none."""
+    name = ns.compression_codec or settings.get("compression.type", "none").strip().lower()
+    if name not in CODECS:
+        raise UsageError(f"Invalid value {name} for configuration compression.type: String "
+                         f"must be one of: {', '.join(CODECS)}")
+    return CODECS[name]
 
 
 def produce_execute(ns: argparse.Namespace, stdin: BinaryIO, err: TextIO) -> None:
@@ -264,11 +329,15 @@ def produce_execute(ns: argparse.Namespace, stdin: BinaryIO, err: TextIO) -> Non
     if ns.kcat_key_separator is not None:
         props.update({"parse.key": "true", "key.separator": ns.kcat_key_separator})
     reader = LineReader(props)
-    with connect(ns, "produce") as conn:
-        producer = Producer(conn, ns.topic, ns.acks, ns.partition)
+    settings = _settings(ns, ns.producer_property, "produce")
+    acks, codec = producer_acks(ns, settings), producer_codec(ns, settings)
+    with connect_with(ns.bootstrap_server, settings, "produce") as conn:
+        producer = Producer(conn, ns.topic, acks, ns.partition, codec)
         progress = Progress(err, "produced")
         for number, line in enumerate(_lines(stdin), 1):
             producer.add(*reader.parse(line, number))
+            if ns.sync:
+                producer.flush()  # --sync: each record acknowledged before the next is read
             if number % _BATCH_RECORDS == 0:
                 progress.show(number)
         producer.flush()
@@ -279,14 +348,32 @@ def produce_execute(ns: argparse.Namespace, stdin: BinaryIO, err: TextIO) -> Non
 _FORMAT_TOKEN = re.compile(rb"%[tpokvhTKS%]|\\[ntr\\]")
 
 
+#: ``--formatter`` classes, by simple name (any package: ``kafka.tools.`` before Kafka 3.7,
+#: ``org.apache.kafka.tools.consumer.`` since). LoggingMessageFormatter prints as the default
+#: one (Kafka's also logs each record); NoOpMessageFormatter prints nothing.
+FORMATTERS = ("DefaultMessageFormatter", "LoggingMessageFormatter", "NoOpMessageFormatter")
+
+
+def formatter_name(class_name: str) -> str:
+    simple = class_name.rsplit(".", 1)[-1]
+    if simple not in FORMATTERS:
+        raise UsageError(f"Unknown --formatter {class_name}: this consumer has "
+                         f"{', '.join(FORMATTERS)}")
+    return simple
+
+
 class Formatter:
     """kcat's ``-f`` format, or kafka-console-consumer's DefaultMessageFormatter."""
 
-    def __init__(self, fmt: str | None, props: dict[str, str]) -> None:
+    def __init__(self, fmt: str | None, props: dict[str, str],
+                 kind: str = "DefaultMessageFormatter") -> None:
         self.fmt = fmt.encode() if fmt is not None else None
         self.props = props
+        self.silent = kind == "NoOpMessageFormatter"
 
     def __call__(self, topic: str, partition: int, record: rb.Record) -> bytes:
+        if self.silent:
+            return b""
         if self.fmt is not None:
             return _FORMAT_TOKEN.sub(lambda m: self._token(m.group(), topic, partition, record),
                                      self.fmt)
@@ -352,15 +439,21 @@ def consume_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--consumer.config", dest="command_config", metavar="FILE",
         help="= --command-config (kafka-console-consumer.sh's name before Kafka 4)")
-    add("--topic", "-t", required=True, help="the topic to consume")
+    add("--topic", "-t", help="the topic to consume")
+    add("--include", "--whitelist", metavar="REGEX",
+        help="consume every topic whose whole name matches this regular expression (not "
+             "internal topics; topics created later are picked up); instead of --topic "
+             "(--whitelist: Kafka 3's name)")
     add("--partition", "-p", type=int, help="only this partition (default: all)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true",
                        help="start at the earliest offset (when there is no committed offset)")
     start.add_argument("--offset", "-o", metavar="N|earliest|latest",
                        help="start at this offset (needs --partition for a number)")
-    add("--group", "-G", help="start at the group's committed offsets and commit what was "
-        "written (the group is not joined: every partition is read)")
+    add("--group", "-G", help="join this consumer group (KIP-848 consumer protocol): read "
+        "the partitions the broker assigns, from their committed offsets, commit what was "
+        "written, leave on exit (with --partition/--offset: read those without joining, "
+        "commit to the group); = --consumer-property group.id=GROUP")
     add("--max-messages", "-c", type=int, metavar="N", help="exit after N records")
     add("--timeout-ms", type=int, metavar="MS",
         help="exit if no record arrives for this long")
@@ -371,44 +464,113 @@ def consume_parser() -> argparse.ArgumentParser:
         help="formatter properties (--formatter-property: Kafka 4's name): print.key, "
              "print.value, print.headers, print.timestamp, print.partition, print.offset, "
              "key.separator, line.separator, headers.separator, null.literal")
+    add("--formatter", metavar="CLASS",
+        help="the record formatter: DefaultMessageFormatter (default), "
+             "LoggingMessageFormatter, NoOpMessageFormatter (any package prefix, e.g. "
+             "kafka.tools.DefaultMessageFormatter)")
+    add("--isolation-level", choices=("read_committed", "read_uncommitted"),
+        help="read_committed: only committed transactional records (none of an aborted "
+             "transaction, nothing past the last stable offset); read_uncommitted: all "
+             "(default; wins over isolation.level in --consumer-property)")
+    add("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
+        help="consumer properties: group.id, auto.offset.reset (earliest, latest), "
+             "isolation.level, client.id, request.timeout.ms, security.protocol, ssl.*, "
+             "sasl.* (win over --command-config's; others are accepted and have no effect)")
     add("--format", "-f", metavar="FMT",
         help="kcat format string: %%t topic, %%p partition, %%o offset, %%k key, %%v value, "
              "%%h headers (k=v,...), %%T timestamp (ms), %%K/%%S key/value length, \\n \\t")
     return parser
 
 
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+#: How often ``--include`` looks for new topics that match (a Kafka consumer subscribed to a
+#: pattern finds them at its next metadata refresh).
+_INCLUDE_RESCAN_S = 3.0
+
+
+def consumer_options(ns: argparse.Namespace, settings: dict[str, str]) -> None:
+    """Settle the options the consumer properties can also give, as ConsoleConsumerOptions
+    does: ``group.id`` (must agree with ``--group``), ``auto.offset.reset`` (``--from-beginning``
+    means earliest), ``isolation.level`` (``--isolation-level`` wins)."""
+    if (ns.topic is None) == (ns.include is None):
+        raise UsageError("Exactly one of --include/--topic is required.")
+    if ns.include is not None:
+        if ns.partition is not None:
+            raise UsageError("Option --partition needs --topic, not --include")
+        try:
+            re.compile(ns.include)
+        except re.error as exc:
+            raise UsageError(f"Invalid --include {ns.include}: {exc}") from None
+    ns.formatter_kind = formatter_name(ns.formatter or "DefaultMessageFormatter")
+    property_group = settings.get("group.id")
+    if ns.group is not None and property_group is not None and property_group != ns.group:
+        raise UsageError("The group ids provided in different places (directly using "
+                         "'--group', via '--consumer-property', or via '--consumer.config') "
+                         f"do not match. Detected group ids: '{ns.group}', '{property_group}'")
+    ns.group = ns.group or property_group or None
+    reset = settings.get("auto.offset.reset", "").strip().lower()
+    if reset and reset not in ("earliest", "latest", "none"):
+        raise UsageError(f"Invalid value {reset} for configuration auto.offset.reset: "
+                         "Invalid value for auto.offset.reset: earliest, latest, none")
+    if ns.from_beginning and reset not in ("", "earliest"):
+        raise UsageError(f"Can't simultaneously specify --from-beginning and "
+                         f"'auto.offset.reset={reset}', as the former implies "
+                         "'auto.offset.reset=earliest'")
+    if reset == "earliest":
+        ns.from_beginning = True
+    ns.no_reset = reset == "none"
+    level = ns.isolation_level or settings.get("isolation.level", "read_uncommitted")
+    if level.strip().lower() not in ("read_committed", "read_uncommitted"):
+        raise UsageError(f"Invalid value {level} for configuration isolation.level: String "
+                         "must be one of: read_committed, read_uncommitted")
+    ns.isolation = READ_COMMITTED if level.strip().lower() == "read_committed" \
+        else READ_UNCOMMITTED
+
+
 def start_offsets(conn: AdminConnection, ns: argparse.Namespace,
                   partitions: list[tuple[str, int]], group_conn: AdminConnection | None
                   ) -> dict[tuple[str, int], int]:
+    isolation = getattr(ns, "isolation", READ_UNCOMMITTED)
     if ns.offset is not None and ns.offset not in ("earliest", "latest", "beginning", "end"):
         try:
             offset = int(ns.offset)
         except ValueError:
             raise UsageError(f"Invalid --offset {ns.offset}") from None
         if offset < 0:  # kcat: -N is N from the end
-            ends = list_offsets(conn, partitions, LATEST)
+            ends = list_offsets(conn, partitions, LATEST, isolation)
             return {tp: max(0, ends[tp] + offset) for tp in partitions}
         return dict.fromkeys(partitions, offset)
     earliest = ns.from_beginning or ns.offset in ("earliest", "beginning")
-    chosen = list_offsets(conn, partitions, EARLIEST if earliest else LATEST)
+    found: dict[tuple[str, int], int] = {}
     if group_conn is not None and ns.offset is None:
-        chosen.update({tp: o for tp, o in committed(group_conn, ns.group).items()
-                       if tp in chosen})
+        found = {tp: o for tp, o in committed(group_conn, ns.group).items()
+                 if tp in partitions}
+        missing = [tp for tp in partitions if tp not in found]
+        if missing and getattr(ns, "no_reset", False):
+            raise ToolError("Undefined offset with no reset policy for partitions: ["
+                            + ", ".join(f"{t}-{p}" for t, p in missing) + "]")
+    chosen = list_offsets(conn, [tp for tp in partitions if tp not in found],
+                          EARLIEST if earliest else LATEST, isolation)
+    chosen.update(found)
     return chosen
 
 
-def fetch(request: Request, positions: dict[tuple[str, int], int], wait_ms: int
+def fetch(request: Request, positions: dict[tuple[str, int], int], wait_ms: int,
+          isolation: int = READ_UNCOMMITTED
           ) -> list[tuple[str, int, list[rb.Record], int, int]]:
-    """One Fetch of every partition: ``(topic, partition, records, high watermark, next
-    offset)``; the next offset is past every batch returned, control batches (transaction
-    markers) included, as a Kafka consumer's position moves past them."""
+    """One Fetch of every partition: ``(topic, partition, records, end, next offset)``; the
+    end is the high watermark (read_committed: the last stable offset), the next offset is
+    past every batch returned, control batches (transaction markers) and aborted batches
+    included, as a Kafka consumer's position moves past them."""
+    if not positions:
+        return []
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in sorted(positions.items()):
         by_topic.setdefault(topic, []).append((partition, offset))
     response = request.send(
         cluster_id=None, replica_id=-1, max_wait=ms(wait_ms), min_bytes=1,
-        max_bytes=50 * 1024 * 1024, isolation_level=0, session_id=0, session_epoch=-1,
-        rack_id="", forgotten_topics_data=(), topics=tuple(
+        max_bytes=50 * 1024 * 1024, isolation_level=isolation, session_id=0,
+        session_epoch=-1, rack_id="", forgotten_topics_data=(), topics=tuple(
             request.nested("FetchTopic", topic=topic, partitions=tuple(
                 request.nested("FetchPartition", partition=p, current_leader_epoch=-1,
                                fetch_offset=o, last_fetched_epoch=-1, log_start_offset=-1,
@@ -421,21 +583,73 @@ def fetch(request: Request, positions: dict[tuple[str, int], int], wait_ms: int
             check(part.error_code, None, f"{topic.topic}-{part.partition_index}")
             data = part.records or b""
             start = positions[(topic.topic, int(part.partition_index))]
-            records: list[rb.Record] = []
-            next_offset = start
-            for position, size in rb.iter_batches(data):
-                batch = data[position:position + size]
-                header = rb.decode_header(batch)
-                next_offset = max(next_offset, header.next_offset)
-                if header.is_control:
-                    continue
-                try:
-                    records += [r for r in rb.decode_records(batch) if r.offset >= start]
-                except rb.RecordBatchError as exc:
-                    raise ToolError(f"{topic.topic}-{part.partition_index}: {exc}") from None
-            found.append((topic.topic, int(part.partition_index), records,
-                          int(part.high_watermark), next_offset))
+            try:
+                records, next_offset = _read_batches(
+                    data, start, isolation,
+                    [(int(a.producer_id), int(a.first_offset))
+                     for a in (getattr(part, "aborted_transactions", None) or ())])
+            except rb.RecordBatchError as exc:
+                raise ToolError(f"{topic.topic}-{part.partition_index}: {exc}") from None
+            end = int(part.high_watermark)
+            stable = int(getattr(part, "last_stable_offset", -1))
+            if isolation == READ_COMMITTED and stable >= 0:
+                end = stable
+            found.append((topic.topic, int(part.partition_index), records, end, next_offset))
     return found
+
+
+#: A control record's key: version (int16) then type, ABORT 0 or COMMIT 1.
+_ABORT_MARKER = 0
+
+
+def _read_batches(data: bytes, start: int, isolation: int,
+                  aborted: list[tuple[int, int]]) -> tuple[list[rb.Record], int]:
+    """The records of a Fetch answer at or after ``start``, and the offset past its last
+    batch. read_committed skips aborted transactions as Kafka's consumer does
+    (``CompletedFetch``): a transactional batch of a producer whose aborted transaction
+    began at or before the batch is skipped, until that producer's ABORT marker."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    aborting: set[int] = set()
+    records: list[rb.Record] = []
+    next_offset = start
+    for position, size in rb.iter_batches(data):
+        batch = data[position:position + size]
+        header = rb.decode_header(batch)
+        next_offset = max(next_offset, header.next_offset)
+        if isolation == READ_COMMITTED and header.has_producer_id:
+            while pending and pending[0][1] <= header.last_offset:
+                aborting.add(pending.pop(0)[0])
+            if header.is_control:
+                keys = [r.key for r in rb.decode_records(batch)]
+                if keys and keys[0] is not None and len(keys[0]) >= 4 and \
+                        int.from_bytes(keys[0][2:4], "big") == _ABORT_MARKER:
+                    aborting.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborting:
+                continue
+        if header.is_control:
+            continue
+        records += [r for r in rb.decode_records(batch) if r.offset >= start]
+    return records, next_offset
+
+
+def topic_partitions(conn: AdminConnection, ns: argparse.Namespace) -> list[tuple[str, int]]:
+    """The partitions to read: ``--topic`` (``--partition``), or every partition of the
+    topics ``--include`` matches (whole names, internal topics left out)."""
+    if ns.include is not None:
+        pattern = re.compile(ns.include)
+        answer = metadata(conn, None).topics
+        return sorted((str(t.name), int(p.partition_index)) for t in answer
+                      if t.error_code == ErrorCode.none and not t.is_internal
+                      and pattern.fullmatch(str(t.name)) for p in t.partitions)
+    (answer,) = metadata(conn, [ns.topic]).topics
+    check(answer.error_code, None, ns.topic)
+    indexes = sorted(int(p.partition_index) for p in answer.partitions)
+    if ns.partition is not None:
+        if ns.partition not in indexes:
+            raise ToolError(f"Partition {ns.partition} of topic {ns.topic} does not exist")
+        indexes = [ns.partition]
+    return [(ns.topic, p) for p in indexes]
 
 
 def consume_execute(ns: argparse.Namespace, stdout: BinaryIO, err: TextIO) -> None:
@@ -444,16 +658,11 @@ def consume_execute(ns: argparse.Namespace, stdout: BinaryIO, err: TextIO) -> No
         raise UsageError("The partition is required when offset is specified.")
     if ns.max_messages is not None and ns.max_messages < 0:
         raise UsageError("--max-messages must be positive")
-    formatter = Formatter(ns.format, _properties(ns.property))
-    with connect(ns, "consume") as conn:
-        (answer,) = metadata(conn, [ns.topic]).topics
-        check(answer.error_code, None, ns.topic)
-        indexes = sorted(int(p.partition_index) for p in answer.partitions)
-        if ns.partition is not None:
-            if ns.partition not in indexes:
-                raise ToolError(f"Partition {ns.partition} of topic {ns.topic} does not exist")
-            indexes = [ns.partition]
-        partitions = [(ns.topic, p) for p in indexes]
+    settings = _settings(ns, ns.consumer_property, "consume")
+    consumer_options(ns, settings)
+    formatter = Formatter(ns.format, _properties(ns.property), ns.formatter_kind)
+    with connect_with(ns.bootstrap_server, settings, "consume") as conn:
+        partitions = topic_partitions(conn, ns)
         group_conn = coordinator(conn, ns.group) if ns.group else None
         try:
             consumed = _consume(conn, ns, partitions, group_conn, formatter, stdout, err)
@@ -466,29 +675,106 @@ def consume_execute(ns: argparse.Namespace, stdout: BinaryIO, err: TextIO) -> No
 def _consume(conn: AdminConnection, ns: argparse.Namespace, partitions: list[tuple[str, int]],
              group_conn: AdminConnection | None, formatter: Formatter, stdout: BinaryIO,
              err: TextIO) -> int:
-    positions = start_offsets(conn, ns, partitions, group_conn)
     request = Request(conn, FETCH)
     progress = Progress(err, "consumed")
+    member: GroupMember | None = None
+    positions: dict[tuple[str, int], int] = {}
     try:
-        consumed = _poll_loop(ns, request, positions, group_conn, formatter, stdout, progress)
+        joins = group_conn is not None and ns.partition is None and ns.offset is None
+        if joins and group_conn is not None \
+                and CONSUMER_GROUP_HEARTBEAT not in group_conn.broker_versions:
+            # A broker before Kafka 4 (no KIP-848): read and commit without joining, as this
+            # tool did before, rather than fail.
+            print(f"WARN: the broker does not support ConsumerGroupHeartbeat (KIP-848): "
+                  f"reading every partition without joining group {ns.group}", file=err)
+            joins = False
+        if joins and group_conn is not None:
+            # subscribe(): a member of the group, reading what the broker assigns it.
+            member = GroupMember(group_conn, conn, ns.group,
+                                 topics=[ns.topic] if ns.topic is not None else None,
+                                 regex=ns.include)
+            reconcile(conn, ns, member, positions, member.join(), group_conn)
+        else:  # assign(): the partitions asked for (--partition, --offset), or all
+            positions.update(start_offsets(conn, ns, partitions, group_conn))
+        consumed = _poll_loop(ns, request, positions, group_conn, formatter, stdout, progress,
+                              member)
     except KeyboardInterrupt:  # Ctrl-C ends a console consumer normally, as Kafka's
         consumed = progress.count
+    finally:
+        if member is not None and group_conn is not None:
+            close_member(member, group_conn, ns.group, positions)
     progress.done(None)
     return consumed
 
 
+def close_member(member: GroupMember, group_conn: AdminConnection, group: str,
+                  positions: dict[tuple[str, int], int]) -> None:
+    """As KafkaConsumer.close(): commit what was consumed, then leave the group. A Ctrl-C
+    in the middle of a request leaves its answer unread on the connection: then on a new
+    one."""
+    conn = group_conn if group_conn.in_sync else group_conn.reopen()
+    member.coord = conn
+    try:
+        if member.epoch > 0:
+            _member_commit(conn, group, member, positions)
+    finally:
+        try:
+            member.leave()
+        finally:
+            if conn is not group_conn:
+                conn.close()
+
+
+def _member_commit(group_conn: AdminConnection, group: str, member: GroupMember,
+                   positions: dict[tuple[str, int], int]) -> None:
+    """A member's OffsetCommit; a stale or unknown member (the group moved on) rejoins at
+    the next heartbeat instead of failing."""
+    try:
+        commit(group_conn, group, positions, member_id=member.member_id,
+               member_epoch=member.epoch)
+    except BrokerError as exc:
+        if exc.code not in (ErrorCode.stale_member_epoch, ErrorCode.unknown_member_id,
+                            ErrorCode.fenced_member_epoch):
+            raise
+        member.next_heartbeat = 0.0
+
+
+def reconcile(conn: AdminConnection, ns: argparse.Namespace, member: GroupMember,
+               positions: dict[tuple[str, int], int], assigned: frozenset[tuple[str, int]],
+               group_conn: AdminConnection) -> None:
+    """Move to a new assignment: commit and drop the partitions given up (dropped only,
+    after a fencing), start the new ones at their committed offsets (else as
+    auto.offset.reset says), then acknowledge."""
+    revoked = {tp: o for tp, o in positions.items() if tp not in assigned}
+    if revoked and member.epoch > 0:
+        _member_commit(group_conn, ns.group, member, revoked)
+    for tp in revoked:
+        del positions[tp]
+    added = sorted(tp for tp in assigned if tp not in positions)
+    if added:
+        positions.update(start_offsets(conn, ns, added, group_conn))
+    member.reconciled(frozenset(assigned))
+
+
 def _poll_loop(ns: argparse.Namespace, request: Request, positions: dict[tuple[str, int], int],
                group_conn: AdminConnection | None, formatter: Formatter, stdout: BinaryIO,
-               progress: Progress) -> int:
+               progress: Progress, member: GroupMember | None = None) -> int:
     consumed = 0
-    last_record = time.monotonic()
+    last_record = last_scan = time.monotonic()
     done = ns.max_messages == 0
+    isolation = getattr(ns, "isolation", READ_UNCOMMITTED)
     while not done:
+        if member is not None and group_conn is not None and member.due():
+            assigned = member.heartbeat()
+            if assigned is not None:
+                reconcile(request.conn, ns, member, positions, assigned, group_conn)
         wait = 500 if ns.timeout_ms is None else max(0, min(500, ns.timeout_ms))
+        if not positions:  # --include matched nothing yet: wait as a fetch would
+            time.sleep(wait / 1000)
         at_end = True
         before = consumed
-        for topic, partition, records, high_watermark, next_offset in fetch(
-                request, positions, wait):
+        for topic, partition, records, end, next_offset in fetch(
+                request, positions, wait, isolation):
             for record in records:
                 stdout.write(formatter(topic, partition, record))
                 consumed += 1
@@ -496,16 +782,19 @@ def _poll_loop(ns: argparse.Namespace, request: Request, positions: dict[tuple[s
                 if ns.max_messages is not None and consumed >= ns.max_messages:
                     done = True
                     break
-            else:  # every record written: move past control batches too
+            else:  # every record written: move past control and aborted batches too
                 positions[(topic, partition)] = max(positions[(topic, partition)], next_offset)
-            if positions[(topic, partition)] < high_watermark:
+            if positions[(topic, partition)] < end:
                 at_end = False
             if done:
                 break
         stdout.flush()
         progress.show(consumed)
         if group_conn is not None and consumed > before:
-            commit(group_conn, ns.group, positions)
+            if member is not None:
+                _member_commit(group_conn, ns.group, member, positions)
+            else:
+                commit(group_conn, ns.group, positions)
         now = time.monotonic()
         if consumed > before:
             last_record = now
@@ -513,6 +802,12 @@ def _poll_loop(ns: argparse.Namespace, request: Request, positions: dict[tuple[s
             break
         if ns.timeout_ms is not None and (now - last_record) * 1000 >= ns.timeout_ms:
             break
+        if member is None and getattr(ns, "include", None) is not None \
+                and now - last_scan >= _INCLUDE_RESCAN_S:
+            last_scan = now
+            new = [tp for tp in topic_partitions(request.conn, ns) if tp not in positions]
+            if new:  # a topic created since: read from where auto.offset.reset says
+                positions.update(start_offsets(request.conn, ns, new, group_conn))
     return consumed
 
 
