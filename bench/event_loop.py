@@ -24,7 +24,7 @@ import attrs
 import cramjam
 import trio
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
-from kio.schema.delete_topics.v6.request import DeleteTopicState, DeleteTopicsRequest
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.describe_configs.v4.request import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
@@ -40,7 +40,8 @@ from kio.schema.produce.v9.request import (
     ProduceRequest,
     TopicProduceData,
 )
-from kio.static.primitive import i8, i16, i32, i64
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.static.primitive import Records, i8, i16, i32, i64
 
 from trio_broker.protocol import records as rb
 from trio_broker.protocol.codec import decode_response, encode_request
@@ -85,8 +86,8 @@ def bomb_batch(codec: int, decompressed: int) -> bytes:
 
 def produce_frame(correlation_id: int, batches: Sequence[bytes]) -> bytes:
     body = ProduceRequest(transactional_id=None, acks=i16(1), timeout=_ms(30_000), topic_data=(
-        TopicProduceData(name=BOMB_TOPIC, partition_data=tuple(
-            PartitionProduceData(index=i32(index), records=batch)
+        TopicProduceData(name=TopicName(BOMB_TOPIC), partition_data=tuple(
+            PartitionProduceData(index=i32(index), records=Records(batch))
             for index, batch in enumerate(batches))),))
     return encode_request(0, 9, correlation_id, "bench-event-loop", body)
 
@@ -102,23 +103,23 @@ def metadata_names_frame(correlation_id: int, names: int = METADATA_NAMES) -> by
 def create_frame(correlation_id: int, name: str = WIDE_TOPIC,
                  partitions: int = WIDE_PARTITIONS) -> bytes:
     body = CreateTopicsRequest(topics=(CreatableTopic(
-        name=name, num_partitions=i32(partitions), replication_factor=i16(1), assignments=(),
+        name=TopicName(name), num_partitions=i32(partitions), replication_factor=i16(1), assignments=(),
         configs=()),), timeout=_ms(60_000), validate_only=False)
     return encode_request(19, 7, correlation_id, "bench-event-loop", body)
 
 
 def delete_frame(correlation_id: int, name: str = WIDE_TOPIC) -> bytes:
-    body = DeleteTopicsRequest(topics=(DeleteTopicState(name=name, topic_id=None),),
+    body = DeleteTopicsRequest(topics=(DeleteTopicState(name=TopicName(name), topic_id=None),),
                                timeout=_ms(60_000))
     return encode_request(20, 6, correlation_id, "bench-event-loop", body)
 
 
 def fetch_frame(correlation_id: int, partitions: int = FETCH_PARTITIONS) -> bytes:
     body = FetchRequest(
-        cluster_id=None, replica_id=i32(-1), max_wait=_ms(0),
+        cluster_id=None, replica_id=BrokerId(-1), max_wait=_ms(0),
         min_bytes=i32(1), max_bytes=i32(50 << 20), isolation_level=i8(0),
         session_id=i32(0), session_epoch=i32(-1), topics=(FetchTopic(
-            topic=WIDE_TOPIC, partitions=tuple(
+            topic=TopicName(WIDE_TOPIC), partitions=tuple(
                 FetchPartition(partition=i32(index), current_leader_epoch=i32(-1),
                                fetch_offset=i64(0), last_fetched_epoch=i32(-1),
                                log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20),
@@ -130,9 +131,9 @@ def fetch_frame(correlation_id: int, partitions: int = FETCH_PARTITIONS) -> byte
 
 def commit_frame(correlation_id: int, partitions: int = COMMIT_PARTITIONS) -> bytes:
     body = OffsetCommitRequest(
-        group_id="bench-event-loop", generation_id_or_member_epoch=i32(-1), member_id="",
+        group_id=GroupId("bench-event-loop"), generation_id_or_member_epoch=i32(-1), member_id="",
         group_instance_id=None, topics=(OffsetCommitRequestTopic(
-            name=WIDE_TOPIC, partitions=tuple(
+            name=TopicName(WIDE_TOPIC), partitions=tuple(
                 OffsetCommitRequestPartition(partition_index=i32(index),
                                              committed_offset=i64(0),
                                              committed_leader_epoch=i32(-1),

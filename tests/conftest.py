@@ -28,6 +28,7 @@ import trio
 
 from trio_broker.config import BrokerConfig, load_config
 from trio_broker.observability import log
+from trio_broker.observability.loop import LoopInstrument
 from trio_broker.server.app import BrokerApp
 
 # pytester runs inner sessions for the tests of the pytest plugin (tests/testing/).
@@ -143,6 +144,16 @@ async def start_broker(nursery: trio.Nursery, tmp_path: Path) -> Any:
 @pytest.fixture
 async def broker(start_broker: Any) -> RunningBroker:
     return await start_broker()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def loop_lag() -> Any:
+    """This test's event loop watched: ``loop_lag.read_lag("test")`` is the longest run of the
+    loop (every task waited that long) since the previous reading, in seconds."""
+    instrument = LoopInstrument()
+    trio.lowlevel.add_instrument(instrument)
+    yield instrument
+    trio.lowlevel.remove_instrument(instrument)
 
 
 # ------------------------------------------------------------------- broker subprocess

@@ -317,6 +317,17 @@ def render_report(summary: Mapping[str, Any], tables: Mapping[str, list[dict[str
         "No metrics snapshot, mute or throttle in these logs (snapshots are written every "
         "logging.metrics.snapshot.interval.ms; 0 turns them off)."))
 
+    blocked = tables.get("event_loop_blocked", [])
+    sections.append(_section(
+        "event-loop", "The event loop held",
+        "every connection stalls at once: one request (a decompression bomb, thousands of "
+        "partitions, a huge array) held the event loop they all share",
+        "event_loop_blocked",
+        table(blocked, ["api", "client_id", "where", "count", "max_duration_ms",
+                        "total_duration_ms", "first_seen", "last_seen"]),
+        empty=None if blocked else
+        "The event loop was never held past event.loop.blocked.threshold.ms in these logs."))
+
     queue_rows = tables.get("request_queue_by_minute", [])
     sections.append(_section(
         "queue", "Request queue blocking",

@@ -153,6 +153,10 @@ def build_summary(accounts: LineAccounts, tables: Mapping[str, list[dict[str, An
         "invalid_frames_by_peer": invalid_by_peer,
         "mutes_by_reason": {_key(r["reason"]): int(r["mutes"])
                             for r in tables["mutes_by_reason"] if r["mutes"]},
+        "event_loop_blocked": {
+            "count": sum(int(r["count"]) for r in tables["event_loop_blocked"]),
+            "max_duration_ms": max((r["max_duration_ms"] for r in tables["event_loop_blocked"]
+                                    if r["max_duration_ms"] is not None), default=None)},
         "network_processor_idle_percent": {
             "min": min(low for _, _, low in idle) if idle else None,
             "avg": (sum(avg * n for avg, n, _ in idle) / sum(n for _, n, _ in idle)

@@ -40,6 +40,10 @@ QUESTIONS: tuple[Question, ...] = (
              "connections (average, lowest, highest)."),
     Question("mutes_by_reason", "Requests are slow although the handlers are fine (slow I/O)",
              "How often connections stopped reading, why, and for how long."),
+    Question("event_loop_blocked", "Every connection stalls at once (one request holds the "
+             "event loop)",
+             "Runs of the event loop past event.loop.blocked.threshold.ms, by the request "
+             "being handled (API, client) and the broker function it was in."),
     Question("request_queue_by_minute", "Requests enter slowly and the handlers are idle "
              "(request queue blocked)",
              "Per minute: request queue time, request queue size, memory pool left."),
@@ -161,6 +165,21 @@ def mutes_by_reason(events: DataFrame) -> DataFrame:
     return (muted.join(unmuted, "reason", "full_outer")
             .fillna(0, subset=["mutes", "unmutes", "connections"])
             .orderBy(F.desc("mutes"), "reason"))
+
+
+def event_loop_blocked(events: DataFrame) -> DataFrame:
+    """``event_loop_blocked`` by API, client and function: how often, the worst and the total
+    time every connection waited."""
+    from pyspark.sql import functions as F
+
+    return (of_event(events, "event_loop_blocked")
+            .groupBy("api", "client_id", "where")
+            .agg(F.count(F.lit(1)).alias("count"),
+                 F.max("duration_ms").alias("max_duration_ms"),
+                 F.sum("duration_ms").alias("total_duration_ms"),
+                 F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"))
+            .orderBy(F.desc("total_duration_ms"), F.asc_nulls_last("api"),
+                     F.asc_nulls_last("client_id")))
 
 
 def invalid_frames(events: DataFrame) -> DataFrame:
@@ -357,7 +376,7 @@ ANALYSED_COLUMNS: tuple[str, ...] = (
     "correlation_id", "client_id", "client_software_name", "client_software_version",
     "request_bytes", "response_bytes", "error", *STAGES, "total_ms", "quota_type", "user",
     "group_id", "generation", "principal", "mechanism", "transactional_id", "partitions",
-    "topic_names", *EVENTS["metrics_snapshot"].fields)
+    "topic_names", "where", *EVENTS["metrics_snapshot"].fields)
 
 
 def analysed_columns() -> list[str]:

@@ -138,7 +138,14 @@ _EVENT_LIST = [
           "memory_pool_available is -1 when the pool is unbounded.",
           {"request_queue_size": LONG, "response_queue_size": LONG,
            "network_processor_avg_idle_percent": DOUBLE, "memory_pool_available": LONG,
-           "memory_pool_used": LONG, "connection_count": LONG, "request_handler_avg_idle_percent": DOUBLE}),
+           "memory_pool_used": LONG, "connection_count": LONG, "request_handler_avg_idle_percent": DOUBLE,
+           "event_loop_lag_ms": DOUBLE}),
+    _spec("event_loop_blocked", "The event loop ran longer than event.loop.blocked.threshold.ms "
+          "without polling for I/O: every connection waited that long. api, client_id and "
+          "blocked_connection_id name the request being handled then (empty when none was), "
+          "where the broker function it was in.",
+          {"duration_ms": DOUBLE, "api": STRING, "client_id": STRING,
+           "blocked_connection_id": STRING, "where": STRING}, "warning"),
     # -- connections
     _spec("connection_accepted", "A connection was accepted and handed to a processor.",
           {**CONNECTION_FIELDS, "ip": STRING}),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-import time
 from bisect import bisect_left
 from typing import Any
 
@@ -22,6 +21,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.utils import floatToGoString
+
+from .loop import LoopInstrument
 
 # Kafka reports request times in ms; these buckets cover 0.05 ms .. 60 s.
 _MS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
@@ -39,51 +40,23 @@ REQUEST_TIME_HISTOGRAMS = {
 }
 
 
-class IdleInstrument(trio.abc.Instrument):
-    """Measures how long the run loop waits for I/O: Kafka's io-wait-ratio of a processor.
-
-    All processors share Trio's one event loop, so NetworkProcessorAvgIdlePercent is the share
-    of wall time the loop spent idle in ``epoll_wait`` since the previous reading.
-    """
-
-    def __init__(self) -> None:
-        self._waiting_since: float | None = None
-        self._waited = 0.0
-        self._last_read = time.perf_counter()
-        self._waited_at_last_read = 0.0
-
-    def before_io_wait(self, timeout: float) -> None:
-        self._waiting_since = time.perf_counter()
-
-    def after_io_wait(self, timeout: float) -> None:
-        if self._waiting_since is not None:
-            self._waited += time.perf_counter() - self._waiting_since
-            self._waiting_since = None
-
-    def idle_ratio(self) -> float:
-        """Idle share (0..1) since the previous call."""
-        now = time.perf_counter()
-        waited = self._waited
-        if self._waiting_since is not None:
-            waited += now - self._waiting_since
-        elapsed = now - self._last_read
-        ratio = (waited - self._waited_at_last_read) / elapsed if elapsed > 0 else 1.0
-        self._last_read = now
-        self._waited_at_last_read = waited
-        return min(max(ratio, 0.0), 1.0)
-
-
 class BrokerMetrics:
     """Every metric of one broker. Gauges read live state through callbacks set at start-up."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.idle = IdleInstrument()
+        #: The event loop's idle share, lag and blocked runs (``observability/loop.py``).
+        self.loop = LoopInstrument()
         self.network_processor_avg_idle_percent = Gauge(
             "kafka_network_socketserver_networkprocessoravgidlepercent",
             "Share of time the network event loop waited for I/O (0..1)", registry=r)
         self.network_processor_avg_idle_percent.set_function(self.read_idle_ratio)
+        self.event_loop_lag = Gauge(
+            "trio_broker_event_loop_lag_seconds",
+            "Longest run of the event loop between two polls for I/O since the previous "
+            "scrape: the longest any ready connection waited for its turn", registry=r)
+        self.event_loop_lag.set_function(lambda: self.loop.read_lag("scrape"))
         self.request_queue_size = Gauge(
             "kafka_network_requestchannel_requestqueuesize", "Requests waiting for a handler",
             ["plane"], registry=r)
@@ -134,7 +107,7 @@ class BrokerMetrics:
         self.registry.register(_FetchSessionCollector(cache))
 
     def read_idle_ratio(self) -> float:
-        return self.idle.idle_ratio()
+        return self.loop.idle_ratio()
 
     def watch_logs(self, log_manager: Any) -> None:
         """Serve ``kafka_log_log_size{topic,partition}`` from ``log_manager``'s partitions."""

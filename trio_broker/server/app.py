@@ -30,6 +30,7 @@ from ..network.socket_server import BoundListener, SocketServer, advertised_endp
 from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
+from ..offload import virtual_time
 from ..security.listeners import listener_security
 from ..security.scram import ScramStore
 from ..storage.durable import write_durably
@@ -131,7 +132,11 @@ class BrokerApp:
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         self.metrics.watch_transactions(broker.transaction_coordinator)
-        trio.lowlevel.add_instrument(self.metrics.idle)
+        loop = self.metrics.loop
+        loop.blocked_threshold_s = config.event_loop_blocked_threshold_ms / 1000
+        loop.on_blocked = _loop_blocked
+        trio.lowlevel.add_instrument(loop)
+        loop.start_watchdog()
         server = self.socket_server
         try:
             async with trio.open_nursery() as root:
@@ -164,6 +169,8 @@ class BrokerApp:
                         serve_metrics, config.metrics_prometheus_listener, self.metrics)
                 if config.logging_metrics_snapshot_interval_ms > 0:
                     root.start_soon(self._snapshot_metrics)
+                if not virtual_time():  # under the autojump clock a wake-up is never late
+                    root.start_soon(loop.watch_lag)
                 emit("broker_ready",
                      listeners=",".join(f"{b.name}://{b.endpoint.host}:{b.port}"
                                         for b in self.listeners),
@@ -174,7 +181,8 @@ class BrokerApp:
                 await self._shutdown_in_order()
                 root.cancel_scope.cancel()
         finally:
-            trio.lowlevel.remove_instrument(self.metrics.idle)
+            loop.stop_watchdog()
+            trio.lowlevel.remove_instrument(loop)
             with trio.CancelScope(shield=True):  # flush even when cancelled from outside
                 await trio.to_thread.run_sync(
                     log_manager.abandon if self._killed else log_manager.close)
@@ -247,4 +255,13 @@ class BrokerApp:
                  memory_pool_available=server.memory_pool.available,
                  memory_pool_used=server.memory_pool.used,
                  connection_count=server.connection_count,
-                 request_handler_avg_idle_percent=round(self._pools[0].read_avg_idle_ratio(), 4))
+                 request_handler_avg_idle_percent=round(self._pools[0].read_avg_idle_ratio(), 4),
+                 event_loop_lag_ms=round(self.metrics.loop.read_lag("snapshot") * 1000, 3))
+
+
+def _loop_blocked(ran_s: float, culprit: dict[str, Any]) -> None:
+    """``event_loop_blocked``: the loop ran ``ran_s`` without polling for I/O."""
+    emit("event_loop_blocked", duration_ms=round(ran_s * 1000, 3),
+         api=culprit.get("api", ""), client_id=culprit.get("client_id", ""),
+         blocked_connection_id=culprit.get("connection_id", ""),
+         where=culprit.get("where", ""))

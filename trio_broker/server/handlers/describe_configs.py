@@ -15,6 +15,7 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from ...config import BrokerConfig
+from ...offload import Steps
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -212,7 +213,9 @@ async def handle_describe_configs(ctx: RequestContext, body: Any) -> Any:
     """Describe each requested resource; errors are per resource."""
     module = response_module(DESCRIBE_CONFIGS, ctx.api_version)
     results = []
+    steps = Steps()
     for resource in body.resources:
+        await steps.tick()  # thousands of resources: other connections get their turns
         kind = int(resource.resource_type)
         name = resource.resource_name
         keys = resource.configuration_keys

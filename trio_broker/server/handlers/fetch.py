@@ -20,6 +20,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from ...offload import Steps
 from ...protocol.codec import encoded_size
 from ...protocol.error_response import error_response
 from ...storage.log import LEADER_EPOCH
@@ -89,7 +90,8 @@ def _count_bytes_out(ctx: RequestContext, read: Any) -> None:
             stats.all_topics.bytes_out += size
 
 
-def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], list[PartitionKey]]:
+async def _requested(ctx: RequestContext, body: Any
+                     ) -> tuple[list[FetchPartition], list[PartitionKey]]:
     """The request's partitions and forgotten partitions, keyed as the session cache keys them:
     by topic id from v13 (KIP-516; an id this broker does not know has no name), else by name."""
     by_id = ctx.api_version >= TOPIC_ID_VERSION
@@ -100,6 +102,7 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
     # Kafka keys the request's partitions in a LinkedHashMap: a partition named twice is read
     # and answered once, at its first place, with the last mention's offsets and limits.
     places: dict[PartitionKey, int] = {}
+    steps = Steps()
     for topic in body.topics:
         if by_id:
             # kio reads the zero id as None; Kafka looks it up like any other (unknown) id
@@ -108,6 +111,7 @@ def _requested(ctx: RequestContext, body: Any) -> tuple[list[FetchPartition], li
         else:
             topic_id, name, key_name = ZERO_UUID, topic.topic, topic.topic
         for part in topic.partitions:
+            await steps.tick()
             key = PartitionKey(topic_id, key_name, int(part.partition))
             wanted = FetchPartition(
                 key, name, int(part.fetch_offset), int(part.partition_max_bytes),
@@ -133,9 +137,9 @@ def _replica_id(body: Any) -> int:
     return int(state.replica_id if state is not None else getattr(body, "replica_id", -1))
 
 
-def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
-              reads: list[FetchPartition], denied: frozenset[str] = frozenset(),
-              follower: bool = False) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
+async def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
+                    reads: list[FetchPartition], denied: frozenset[str] = frozenset(),
+                    follower: bool = False) -> tuple[list[tuple[FetchPartition, Any]], int, bool]:
     """Read every partition of ``reads`` now: ``(request and PartitionData of each, bytes,
     any error)``; partitions of the ``denied`` topics (no READ) get TOPIC_AUTHORIZATION_FAILED.
     A ``follower``'s fetch reads nothing: this broker is every partition's only replica, so
@@ -149,7 +153,9 @@ def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
     # sendfile where it can and reads them a chunk at a time otherwise (protocol/regions.py).
     # Never read here: a response waiting its turn then holds no record bytes.
     read = []
+    steps = Steps()
     for part in reads:
+        await steps.tick()  # thousands of partitions: other connections get their turns
         index = part.key.partition
         code = ErrorCode.none
         records: Any = b""  # bytes, or a FileRegion (zero-copy)
@@ -230,7 +236,7 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     module = response_module(FETCH, ctx.api_version)
     quotas = ctx.broker.client_quotas
     cache = ctx.broker.fetch_sessions
-    requested, forgotten = _requested(ctx, body)
+    requested, forgotten = await _requested(ctx, body)
     # Before v7 there is no session: Kafka's FetchMetadata.LEGACY (id 0, final epoch).
     fetch_context = cache.new_context(
         ctx.api_version, int(getattr(body, "session_id", 0)),
@@ -281,7 +287,7 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         # KafkaApis.handleFetchRequest: a follower needs CLUSTER_ACTION, not READ.
         denied = frozenset() if ctx.authorize(AclOperation.CLUSTER_ACTION,
                                               ResourceType.CLUSTER) else frozenset(names)
-        read = _read_all(ctx, body, module, max_bytes, reads, denied, True)[0]
+        read = (await _read_all(ctx, body, module, max_bytes, reads, denied, True))[0]
         _count_requests(ctx, read)
         return respond(read)
     # KafkaApis.handleFetchRequest: READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
@@ -289,7 +295,7 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
     if reads and unknown_isolation_level(body):
         return error_response(FETCH, ctx.api_version, body)
-    read, total, errors = _read_all(ctx, body, module, max_bytes, reads, denied)
+    read, total, errors = await _read_all(ctx, body, module, max_bytes, reads, denied)
     _count_requests(ctx, read)
     min_bytes = min(int(body.min_bytes), max_bytes)
     max_wait_s = body.max_wait.total_seconds()
@@ -305,10 +311,11 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
         with purgatory.delay(max_wait_s):
             while True:
                 await lm.wait_for_data(keys)
-                read, got, failed = _read_all(ctx, body, module, max_bytes, reads, denied)
+                read, got, failed = await _read_all(ctx, body, module, max_bytes, reads,
+                                                    denied)
                 if got >= min_bytes or failed:
                     return respond(read)
-        return respond(_read_all(ctx, body, module, max_bytes, reads, denied)[0])
+        return respond((await _read_all(ctx, body, module, max_bytes, reads, denied))[0])
 
     return ctx.park(wait)
 
