@@ -42,7 +42,8 @@ from kio.serial._introspect import (
 
 from .codegen import StructCodegen
 
-__all__ = ["InvalidRequest", "compile_schema", "scan_body", "skip_tagged_fields"]
+__all__ = ["InvalidRequest", "compile_schema", "read_uvarint", "scan_body", "skip_tagged_fields",
+           "write_uvarint", "MalformedBytes"]
 
 
 class InvalidRequest(Exception):
@@ -69,6 +70,10 @@ class _Malformed(Exception):
         for part in reversed(self.path):
             out += part if part.startswith("[") or not out else "." + part
         return f"{out or '<body>'}: {self.what}"
+
+
+#: What :func:`read_uvarint` raises for bytes that are not a varint (for other walkers).
+MalformedBytes = _Malformed
 
 
 #: An edit of the frame: replace ``frame[start:end]`` with ``data`` (unknown tags stripped,
@@ -102,8 +107,9 @@ class Compiled:
 
 
 # ------------------------------------------------------------------------------ primitives
-def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes, decoded as kio decodes it: ``(value, new pos)``."""
+def read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """An unsigned varint of at most 5 bytes, decoded as kio decodes it: ``(value, new pos)``;
+    :class:`_Malformed` when the bytes are not one."""
     if pos >= end:
         raise _Malformed("varint: no bytes remain")
     b = buf[pos]
@@ -126,7 +132,8 @@ def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _write_uvarint(value: int) -> bytes:
+def write_uvarint(value: int) -> bytes:
+    """``value`` as an unsigned varint (compact lengths and counts)."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -178,7 +185,7 @@ def _length_prefixed(kind: str, compact: bool, wide: bool, nullable: bool,
                 length = buf[pos] - 1
                 pos += 1
             else:
-                length, pos = _uvarint(buf, pos, end)
+                length, pos = read_uvarint(buf, pos, end)
                 length -= 1
         else:
             if pos + header.size > end:
@@ -214,7 +221,7 @@ def _array(element: Compiled, compact: bool, nullable: bool) -> Scan:
                 count = buf[pos] - 1
                 pos += 1
             else:
-                count, pos = _uvarint(buf, pos, end)
+                count, pos = read_uvarint(buf, pos, end)
                 count -= 1
         else:
             if pos + 4 > end:
@@ -292,15 +299,15 @@ def _tagged_section(known: dict[int, tuple[str, Scan]]) -> Scan:
         if pos < end and buf[pos] == 0:  # no tagged fields: almost always
             return pos + 1
         start = pos
-        count, pos = _uvarint(buf, pos, end)
+        count, pos = read_uvarint(buf, pos, end)
         if count * 2 > end - pos:  # a tag and a size: one byte each at least
             raise _Malformed(f"{count} tagged fields need at least {count * 2} bytes, "
                              f"{end - pos} remain")
         mark = len(edits)
         fields: list[tuple[int, int, int, bool]] = []
         for _ in range(count):
-            tag, pos = _uvarint(buf, pos, end)
-            size, pos = _uvarint(buf, pos, end)
+            tag, pos = read_uvarint(buf, pos, end)
+            size, pos = read_uvarint(buf, pos, end)
             if size > end - pos:
                 raise _Malformed(f"tagged field {tag} size {size} exceeds the "
                                  f"{end - pos} bytes remaining")
@@ -324,11 +331,11 @@ def _tagged_section(known: dict[int, tuple[str, Scan]]) -> Scan:
             nested = edits[mark:]
             del edits[mark:]
             kept = [field for field in fields if field[3]]
-            parts = [_write_uvarint(len(kept))]
+            parts = [write_uvarint(len(kept))]
             for tag, value_start, value_end, _known in kept:
                 inside = [e for e in nested if value_start <= e[0] and e[1] <= value_end]
                 value = _splice(buf, value_start, value_end, inside)
-                parts += [_write_uvarint(tag), _write_uvarint(len(value)), value]
+                parts += [write_uvarint(tag), write_uvarint(len(value)), value]
             edits.append((start, pos, b"".join(parts)))
         return pos
 
@@ -456,7 +463,7 @@ class _Slow(Exception):
 
 def _fast_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     try:
-        return _uvarint(buf, pos, end)
+        return read_uvarint(buf, pos, end)
     except _Malformed:
         raise _Slow from None
 

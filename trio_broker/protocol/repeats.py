@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import struct
 
+from .prescan import MalformedBytes, read_uvarint, write_uvarint
+
 #: Frames smaller than this are decoded as they are (the rewrite costs more than it saves).
 DEDUPE_FROM_BYTES = 64 * 1024
 METADATA = 3
@@ -22,38 +24,11 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
-class _Unknown(Exception):
-    """The bytes are not what the walk expects: the frame is left alone."""
-
-
-def _uvarint(frame: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    for _ in range(5):
-        if at >= len(frame):
-            raise _Unknown
-        byte = frame[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise _Unknown
-
-
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _skip_tags(frame: bytes, at: int) -> int:
-    count, at = _uvarint(frame, at)
+    count, at = read_uvarint(frame, at, len(frame))
     for _ in range(count):
-        _, at = _uvarint(frame, at)
-        size, at = _uvarint(frame, at)
+        _, at = read_uvarint(frame, at, len(frame))
+        size, at = read_uvarint(frame, at, len(frame))
         at += size
     return at
 
@@ -62,7 +37,7 @@ def _topic_end(frame: bytes, at: int, version: int) -> int:
     """Where the (flexible) Metadata request topic entry starting at ``at`` ends."""
     if version >= 10:
         at += 16  # topic id
-    length, at = _uvarint(frame, at)
+    length, at = read_uvarint(frame, at, len(frame))
     return _skip_tags(frame, at + max(length - 1, 0))
 
 
@@ -78,7 +53,7 @@ def dedupe_metadata_topics(frame: bytes, offset: int, api_version: int) -> bytes
             (count,) = _I32.unpack_from(frame, offset)
             at = offset + 4
         else:
-            count, at = _uvarint(frame, offset)
+            count, at = read_uvarint(frame, offset, len(frame))
             count -= 1
         if count <= 1:
             return frame
@@ -98,9 +73,9 @@ def dedupe_metadata_topics(frame: bytes, offset: int, api_version: int) -> bytes
                 at = end
         if at > len(frame):
             return frame
-    except (_Unknown, struct.error):
+    except (MalformedBytes, struct.error):
         return frame
     if len(entries) == count:
         return frame
-    head = (_I32.pack(len(entries)) if api_version < 9 else _uvarint_bytes(len(entries) + 1))
+    head = (_I32.pack(len(entries)) if api_version < 9 else write_uvarint(len(entries) + 1))
     return b"".join((frame[:offset], head, *entries, frame[at:]))
