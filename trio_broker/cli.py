@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import importlib
 import os
 import signal
@@ -264,6 +265,9 @@ def run_broker(config: BrokerConfig) -> int:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(app.serve)
+                # What start-up built lives as long as the broker: out of the collector's
+                # reach, so its full collections (native, holding the GIL) stay short.
+                gc.freeze()
                 listening = ", ".join(
                     f"{b.name}://{b.endpoint.host or '0.0.0.0'}:{b.port}" for b in app.listeners)
                 print(f"trio_broker {__version__} listening on {listening} "

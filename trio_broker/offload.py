@@ -14,6 +14,8 @@ switch interval (5 ms), which bounds how long the loop waits for it.
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -46,6 +48,32 @@ async def in_worker(limiter: trio.CapacityLimiter | None, fn: Callable[..., T], 
     with trio.CancelScope(shield=True):
         result = await trio.to_thread.run_sync(fn, *args, limiter=limiter)
     return result
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_was_enabled = True
+
+
+def without_gc_pauses(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` with the cyclic garbage collector off, for a worker thread that builds
+    hundreds of thousands of objects (a huge request decoded): each automatic collection it
+    would trigger scans every object of the process in one native call that holds the GIL,
+    tens of milliseconds during which the event loop cannot run. Reference counting still
+    frees what it can; the collector is back on when the last such call ends."""
+    global _gc_pausers, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
+    try:
+        return fn(*args)
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 class Steps:

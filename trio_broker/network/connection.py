@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..observability.log import bind_connection, emit
-from ..offload import in_worker
+from ..offload import in_worker, without_gc_pauses
 from ..protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -364,7 +364,8 @@ class Connection(ResponseWriter):
                 else:
                     # A large frame's pre-scan walks every entry in Python (and a Metadata
                     # request's repeated topics are dropped): off the loop (docs/architecture.md).
-                    decoded = await in_worker(None, decode_request, frame, supported)
+                    decoded = await in_worker(None, without_gc_pauses, decode_request, frame,
+                                              supported)
             except InvalidRequest:
                 self._server.memory_pool.release(reserved)
                 raise

@@ -38,8 +38,10 @@ from trio_broker.protocol.prescan import InvalidRequest, scan_body, skip_tagged_
 from trio_broker.protocol.regions import FramedParts, split
 from trio_broker.protocol.repeats import DEDUPE_FROM_BYTES, dedupe_metadata_topics
 from trio_broker.protocol.repeats import METADATA as METADATA_KEY
+from trio_broker.protocol.split_decode import SPLIT_FROM_BYTES, decode_in_pieces
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 # KIP-511's rule for client software names and versions (ApiVersionsRequest.isValid).
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _API_KEY_AND_VERSION = struct.Struct(">hh")
@@ -199,7 +201,13 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
         # Every length is checked before kio's native reader trusts it.
         checked = scan_body(schema, frame, offset, api_key, api_version)
         try:
-            body, _ = reader(checked, offset)
+            if size >= SPLIT_FROM_BYTES and api_key != PRODUCE_KEY:
+                # A huge array in one native call would hold the GIL for its whole length.
+                body = decode_in_pieces(schema, checked, offset, reader)
+                if body is None:
+                    body, _ = reader(checked, offset)
+            else:
+                body, _ = reader(checked, offset)
         except Exception as exc:  # kio raises several types for values it refuses
             raise InvalidRequest("bad_body", repr(exc), api_key, api_version) from None
     return _new_tuple(DecodedRequest,
