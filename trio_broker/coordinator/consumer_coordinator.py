@@ -2,7 +2,8 @@
 :class:`~trio_broker.coordinator.consumer_group.ConsumerGroup`.
 
 It shares the classic :class:`GroupCoordinator`'s nursery, its writer to ``__consumer_offsets``
-and its committed offsets (a consumer group's offsets live in an offsets-only classic ``Group``
+(both reached through the narrow :class:`GroupHost`, never the coordinator's insides) and its
+committed offsets (a consumer group's offsets live in an offsets-only classic ``Group``
 entry, so OffsetCommit/OffsetFetch/OffsetDelete work unchanged). Each member's session is a
 cancel scope whose deadline a heartbeat moves; when it expires the member is fenced.
 
@@ -16,15 +17,17 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
 
+from ..config import BrokerConfig
 from ..observability.log import emit
 from ..protocol.compression import COMPRESSION_ZSTD, DEFAULT_DECOMPRESSED_LIMIT
 from ..protocol.records import build_batch
+from ..storage.manager import LogManager
 from .consumer_group import (
     STATIC_LEAVE_EPOCH,
     UNREVOKED,
@@ -34,12 +37,40 @@ from .consumer_group import (
     HeartbeatRequest,
     HeartbeatResult,
 )
+from .group import Group
 from .records import _Reader, _Writer
-
-if TYPE_CHECKING:
-    from .coordinator import GroupCoordinator
+from .waiting import Pending
 
 E = ErrorCode
+
+
+class GroupHost(Protocol):
+    """What the consumer-protocol groups need of the coordinator they live beside."""
+
+    @property
+    def is_loaded(self) -> bool:
+        """``__consumer_offsets`` is loaded."""
+
+    @property
+    def is_active(self) -> bool:
+        """Loaded and running."""
+
+    @property
+    def is_resigned(self) -> bool:
+        """Resigned (broker shutdown): no longer coordinating."""
+
+    def now_ms(self) -> int:
+        """The wall clock, in ms."""
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id``."""
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run a task in the coordinator's nursery (a failure costs only that task)."""
+
+    def enqueue_batch(self, partition: int, batch: bytes) -> Pending[int]:
+        """Queue a batch for ``__consumer_offsets`` behind every earlier write."""
+
 
 #: Key version of a consumer group snapshot in ``__consumer_offsets`` (Kafka uses 3..8 for its
 #: per-record consumer group types; this one is ours, so no Kafka tool misreads the value).
@@ -75,9 +106,13 @@ def decode_snapshot_key(key: bytes) -> str | None:
 class ConsumerGroups:
     """Every consumer-protocol group of one coordinator."""
 
-    def __init__(self, coordinator: GroupCoordinator) -> None:
-        self.coord = coordinator
-        config = coordinator.config
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, host: GroupHost,
+                 classic: Mapping[str, Group]) -> None:
+        self.host = host
+        self.config = config
+        self.log_manager = log_manager
+        #: The classic groups (a consumer group may take over only an empty one's id).
+        self.classic = classic
         self.enabled = "consumer" in _names(config.group_coordinator_rebalance_protocols)
         self.settings = GroupSettings(
             session_timeout_ms=config.group_consumer_session_timeout_ms,
@@ -129,22 +164,21 @@ class ConsumerGroups:
 
     # -------------------------------------------------------------- heartbeat
     def topics(self) -> dict[str, int]:
-        return {name: info.num_partitions for name, info in self.coord.log_manager.topics.items()
+        return {name: info.num_partitions for name, info in self.log_manager.topics.items()
                 if not name.startswith("__")}
 
     async def heartbeat(self, group_id: str, req: HeartbeatRequest
                         ) -> tuple[int, str | None, HeartbeatResult | None]:
         """``(error, message, result)`` of one ConsumerGroupHeartbeat."""
-        coord = self.coord
         if not self.enabled:
             return E.unsupported_version, "The consumer group protocol is disabled.", None
-        if not coord._loaded:
+        if not self.host.is_loaded:
             return E.coordinator_load_in_progress, None, None
-        if coord._nursery is None or coord._resigned:
+        if not self.host.is_active or self.host.is_resigned:
             return E.not_coordinator, None, None
         if not group_id:
             return E.invalid_group_id, "GroupId can't be empty.", None
-        classic = coord.groups.get(group_id)
+        classic = self.classic.get(group_id)
         # An empty classic group (offsets only) becomes a consumer group, as Kafka converts it.
         if classic is not None and (classic.members or classic.pending_members):
             return E.group_id_not_found, f"Group {group_id} is not a consumer group.", None
@@ -164,8 +198,8 @@ class ConsumerGroups:
         value = batch = None
         if group.state_token() != before:
             value = group.encoded_snapshot()
-            batch = encode_snapshot_batch(group_id, value, self.coord._now_ms())
-            limit = self.coord.config.message_max_bytes
+            batch = encode_snapshot_batch(group_id, value, self.host.now_ms())
+            limit = self.config.message_max_bytes
             if len(batch) > limit or len(value) > DEFAULT_DECOMPRESSED_LIMIT:
                 # The whole group is one record: one that cannot be written (or, beyond the
                 # decompression cap, loaded) must not become the group's state, or every
@@ -174,7 +208,7 @@ class ConsumerGroups:
                 detail = (f"snapshot of group {group_id} would be {len(batch)} bytes "
                           f"({len(value)} uncompressed), over the limit of {limit} "
                           f"(message.max.bytes): heartbeat of {req.member_id} not applied")
-                emit("coordinator_write_failed", partition=self.coord.partition_for(group_id),
+                emit("coordinator_write_failed", partition=self.host.partition_for(group_id),
                      error=detail)
                 return E.unknown_server_error, detail, None
         if created:
@@ -212,8 +246,8 @@ class ConsumerGroups:
         else:
             self._written[group_id] = value
         if batch is None:
-            batch = encode_snapshot_batch(group_id, value, self.coord._now_ms())
-        return self.coord._enqueue_batch(self.coord.partition_for(group_id), batch)
+            batch = encode_snapshot_batch(group_id, value, self.host.now_ms())
+        return self.host.enqueue_batch(self.host.partition_for(group_id), batch)
 
     def _emit(self, group: ConsumerGroup) -> None:
         gid = group.group_id
@@ -247,7 +281,7 @@ class ConsumerGroups:
             scope.deadline = deadline
             return
         scope = self._timers[key] = trio.CancelScope(deadline=deadline)
-        self.coord._spawn(self._session, group.group_id, member_id, scope)
+        self.host.spawn(self._session, group.group_id, member_id, scope)
 
     def _cancel(self, group_id: str, member_id: str) -> None:
         scope = self._timers.pop((group_id, member_id), None)
@@ -268,7 +302,7 @@ class ConsumerGroups:
         if scope is None and member is not None:
             deadline = trio.current_time() + member.rebalance_timeout_ms / 1000
             scope = self._revocations[key] = trio.CancelScope(deadline=deadline)
-            self.coord._spawn(self._revocation, group.group_id, member_id, scope)
+            self.host.spawn(self._revocation, group.group_id, member_id, scope)
 
     async def _revocation(self, group_id: str, member_id: str, scope: trio.CancelScope) -> None:
         with scope:

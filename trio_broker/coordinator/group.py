@@ -1,8 +1,10 @@
 """A consumer group's state: its members, generation, selected protocol and committed offsets.
 
 This is Kafka's ``GroupMetadata`` / ``MemberMetadata`` (classic protocol). Everything here is plain
-synchronous state; the :class:`~trio_broker.coordinator.coordinator.GroupCoordinator` drives the
-transitions and owns the timers.
+data without Trio: :mod:`.classic_state` decides the transitions, and the
+:class:`~trio_broker.coordinator.coordinator.GroupCoordinator` owns the timers and the requests that
+wait. A request that waits is known here only by its *ticket* (an int the state hands out), so the
+data model holds no scopes or events.
 """
 
 from __future__ import annotations
@@ -10,12 +12,8 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterable
-from typing import Generic, TypeVar
 
 import attrs
-import trio
-
-T = TypeVar("T")
 
 
 class GroupState(enum.Enum):
@@ -44,36 +42,6 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 
 #: The protocol type of Kafka consumers; only their subscriptions are parsed (for OffsetDelete).
 CONSUMER_PROTOCOL_TYPE = "consumer"
-
-
-@attrs.define(eq=False)
-class Pending(Generic[T]):
-    """A result that a parked request waits for (one JoinGroup or SyncGroup response)."""
-
-    event: trio.Event = attrs.field(factory=trio.Event)
-    value: T | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.event.is_set()
-
-    def set(self, value: T) -> None:
-        """Deliver the result (only the first delivery counts)."""
-        if not self.event.is_set():
-            self.value = value
-            self.event.set()
-
-    async def wait(self) -> T:
-        await self.event.wait()
-        assert self.value is not None
-        return self.value
-
-
-def resolved(value: T) -> Pending[T]:
-    """A :class:`Pending` that already holds its result (a request answered without waiting)."""
-    pending: Pending[T] = Pending()
-    pending.set(value)
-    return pending
 
 
 @attrs.frozen
@@ -124,16 +92,12 @@ class Member:
     #: ``(name, metadata)`` in the member's order of preference.
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    #: Set while a JoinGroup of this member waits for the rebalance to complete.
-    join_waiter: Pending[JoinResult] | None = None
-    #: Set while a SyncGroup of this member waits for the leader's assignment.
-    sync_waiter: Pending[SyncResult] | None = None
+    #: The ticket of this member's JoinGroup while it waits for the rebalance to complete.
+    join_ticket: int | None = None
+    #: The ticket of this member's SyncGroup while it waits for the leader's assignment.
+    sync_ticket: int | None = None
     #: True from the first join until that join completes (Kafka's ``isNew``).
     is_new: bool = False
-    #: The session-timeout deadline of this member; moved on every heartbeat.
-    timer: trio.CancelScope | None = None
-    #: Cancelled when the member leaves, which ends its timer task.
-    lifetime: trio.CancelScope = attrs.field(factory=trio.CancelScope)
 
     @property
     def is_static(self) -> bool:
@@ -141,11 +105,20 @@ class Member:
 
     @property
     def awaiting_join(self) -> bool:
-        return self.join_waiter is not None and not self.join_waiter.done
+        return self.join_ticket is not None
 
     @property
     def awaiting_sync(self) -> bool:
-        return self.sync_waiter is not None and not self.sync_waiter.done
+        return self.sync_ticket is not None
+
+    # The names of the tickets from when they were Trio events (read by the server tests).
+    @property
+    def join_waiter(self) -> int | None:
+        return self.join_ticket
+
+    @property
+    def sync_waiter(self) -> int | None:
+        return self.sync_ticket
 
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
@@ -181,8 +154,8 @@ class Group:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = attrs.field(factory=dict)
-    #: Member ids handed out with MEMBER_ID_REQUIRED that have not joined yet, with their timers.
-    pending_members: dict[str, trio.CancelScope] = attrs.field(factory=dict)
+    #: Member ids handed out with MEMBER_ID_REQUIRED that have not joined yet.
+    pending_members: set[str] = attrs.field(factory=set)
     #: Static members: group.instance.id -> member id.
     static_members: dict[str, str] = attrs.field(factory=dict)
     #: Members of the current generation that have not sent SyncGroup yet.
@@ -190,13 +163,13 @@ class Group:
     offsets: dict[tuple[str, int], CommittedOffset] = attrs.field(factory=dict)
     #: During the initial rebalance delay: a member joined since the delay was last extended.
     new_member_added: bool = False
-    #: Timer of the current join phase (rebalance timeout or initial delay).
-    join_timer: trio.CancelScope | None = None
     #: The join timer is the initial delay (it never completes early).
     join_is_initial: bool = False
-    #: Timer of the current sync phase (rebalance timeout for SyncGroup).
-    sync_timer: trio.CancelScope | None = None
-    #: Trio time the current rebalance started, for the rebalance_completed event.
+    #: With the initial delay: how much of the rebalance timeout is left to extend it by.
+    join_remaining_ms: int = 0
+    #: The generation the sync timer (rebalance timeout for SyncGroup) guards; None when unarmed.
+    sync_generation: int | None = None
+    #: Monotonic time (s) the current rebalance started, for the rebalance_completed event.
     rebalance_started_at: float = 0.0
     #: Topics the members subscribe to (consumer protocol); None when unknown.
     subscribed_topics: frozenset[str] | None = None

@@ -1,21 +1,20 @@
-"""The storage side of the classic group coordinator, as a mixin of
-:class:`~trio_broker.coordinator.coordinator.GroupCoordinator`: loading groups and offsets from
+"""The storage side of the classic group coordinator: loading groups and offsets from
 ``__consumer_offsets`` at start-up, and the single writer task every state change goes through
-(in the order the state changed).
-
-It holds no state of its own; the attributes and methods it uses are declared below for the type
-checker and provided by ``GroupCoordinator``.
+(in the order the state changed). :class:`OffsetsStore` is owned by the
+:class:`~trio_broker.coordinator.coordinator.GroupCoordinator`; it decides nothing about groups.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
+import trio
 from kio.schema.errors import ErrorCode
 
+from ..config import BrokerConfig
 from ..observability.log import emit
 from ..protocol.records import (
     Record,
@@ -26,27 +25,19 @@ from ..protocol.records import (
     decode_records,
     iter_batches,
 )
-from .group import CommittedOffset, Group, GroupState, Member, Pending
+from ..storage.manager import LogManager
+from .group import CommittedOffset
 from .internal_topic import ensure_topic
 from .records import (
     OFFSETS_TOPIC,
-    GroupKey,
     GroupValue,
-    MemberValue,
     OffsetKey,
     decode_group_value,
     decode_key,
     decode_offset_value,
-    encode_group_key,
-    encode_group_value,
 )
 from .summaries import TopicPartition
-
-if TYPE_CHECKING:
-    import trio
-
-    from ..config import BrokerConfig
-    from .consumer_coordinator import ConsumerGroups
+from .waiting import Pending
 
 E = ErrorCode
 
@@ -66,37 +57,40 @@ class _Write:
     done: Pending[int]
     #: The answer when the batch is over ``message.max.bytes``: Kafka's for offsets
     #: (``storeOffsets``), unless the write stores a group's metadata (``storeGroup``).
-    too_large: E = E.invalid_commit_offset_size
+    too_large: int = E.invalid_commit_offset_size
+    #: Called with the error code once written, before anyone waiting on ``done`` runs.
+    on_done: Callable[[int], None] | None = None
 
 
-class GroupStorage:
-    """Loading and writing ``__consumer_offsets`` for :class:`GroupCoordinator` (a mixin)."""
+@attrs.frozen
+class Loaded:
+    """What ``__consumer_offsets`` holds for the classic groups, per group id."""
 
-    if TYPE_CHECKING:
-        config: BrokerConfig
-        log_manager: Any
-        consumer_groups: ConsumerGroups
-        _groups: dict[str, Group]
-        _loaded: bool
-        _num_partitions: int
-        _write_send: trio.MemorySendChannel[_Write]
-        _write_receive: trio.MemoryReceiveChannel[_Write]
+    num_partitions: int
+    offsets: dict[str, dict[TopicPartition, CommittedOffset]]
+    metadata: dict[str, GroupValue | None]
+    records: int
 
-        def partition_for(self, group_id: str) -> int: ...
-        def _now_ms(self) -> int: ...
+
+class OffsetsStore:
+    """``__consumer_offsets`` for the group coordinator: loading and the ordered writer."""
+
+    def __init__(self, config: BrokerConfig, log_manager: LogManager) -> None:
+        self.config = config
+        self.log_manager = log_manager
+        self.num_partitions = config.offsets_topic_num_partitions
+        self._send, self._receive = trio.open_memory_channel[_Write](math.inf)
 
     # ------------------------------------------------------------------- loading
-    def load(self) -> None:
-        """Create ``__consumer_offsets`` if needed and rebuild groups and offsets from it."""
-        if self._loaded:
-            return
-        started = time.perf_counter()
+    def load(self, take_record: Callable[[bytes, bytes | None], bool]) -> Loaded:
+        """Create nothing, read everything: the classic groups' records, after offering each
+        record to ``take_record`` (the consumer-protocol groups take their snapshots)."""
         lm = self.log_manager
         info = lm.topics.get(OFFSETS_TOPIC)
         # Created on the first write, as Kafka creates it on first use: a broker that never
         # sees a group does not pay for its partitions at start-up.
-        self._num_partitions = (info.num_partitions if info is not None
-                                else self.config.offsets_topic_num_partitions)
+        self.num_partitions = (info.num_partitions if info is not None
+                               else self.config.offsets_topic_num_partitions)
         if info is not None and "compact" not in info.configs.get("cleanup.policy", ""):
             # Created by a version without compaction (retention off, growing forever):
             # from now on it is compacted as Kafka's is.
@@ -106,12 +100,11 @@ class GroupStorage:
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         metadata: dict[str, GroupValue | None] = {}
         records = 0
-        for partition in range(self._num_partitions if info is not None else 0):
+        for partition in range(self.num_partitions if info is not None else 0):
             for record in self._read_partition(partition):
                 records += 1
                 try:
-                    if record.key is None or \
-                            self.consumer_groups.load_record(record.key, record.value):
+                    if record.key is None or take_record(record.key, record.value):
                         continue
                     key = decode_key(record.key)
                     if isinstance(key, OffsetKey):
@@ -129,19 +122,7 @@ class GroupStorage:
                                                   else decode_group_value(record.value))
                 except ValueError:
                     continue  # a record we cannot read is skipped, as Kafka skips unknown keys
-        count = 0
-        for group_id in sorted(set(offsets) | set(metadata)):
-            group_offsets = offsets.get(group_id, {})
-            group_value = metadata.get(group_id)
-            if group_value is None and not group_offsets:
-                continue
-            self._groups[group_id] = self._restore_group(group_id, group_value, group_offsets)
-            count += 1
-        self.consumer_groups.finish_load()
-        self._loaded = True
-        emit("groups_loaded", partitions=self._num_partitions, groups=count,
-             offsets=sum(len(o) for o in offsets.values()), records=records,
-             duration_ms=round((time.perf_counter() - started) * 1000, 3))
+        return Loaded(self.num_partitions, offsets, metadata, records)
 
     def _read_partition(self, partition: int) -> Iterable[Any]:
         lm = self.log_manager
@@ -179,86 +160,44 @@ class GroupStorage:
             if not advanced or offset >= result.high_watermark:
                 break
 
-    def _restore_group(self, group_id: str, value: GroupValue | None,
-                       offsets: dict[TopicPartition, CommittedOffset]) -> Group:
-        group = Group(group_id, state_timestamp_ms=self._now_ms())
-        group.offsets = dict(offsets)
-        if value is not None:
-            group.generation_id = value.generation_id
-            group.protocol_type = value.protocol_type or None
-            group.protocol_name = value.protocol_name
-            if value.state_timestamp_ms >= 0:
-                group.state_timestamp_ms = value.state_timestamp_ms
-            for m in value.members:
-                member = Member(
-                    member_id=m.member_id, group_instance_id=m.group_instance_id,
-                    client_id=m.client_id, client_host=m.client_host,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    session_timeout_ms=m.session_timeout_ms,
-                    protocol_type=value.protocol_type,
-                    protocols=[(value.protocol_name or "", m.subscription)],
-                    assignment=m.assignment)
-                group.add_member(member)
-            group.protocol_type = value.protocol_type or None
-            group.leader_id = value.leader_id if value.leader_id in group.members else \
-                next(iter(group.members), None)
-            if group.members:
-                group.state = GroupState.STABLE
-                group.subscribed_topics = group.compute_subscribed_topics()
-        return group
-
     # ---------------------------------------------------------------------- writes
-    def _enqueue(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
-                 too_large: E = E.invalid_commit_offset_size) -> Pending[int]:
-        now = self._now_ms()
-        return self._enqueue_batch(
-            partition, build_batch([(key, value, (), now) for key, value in records]),
-            too_large=too_large)
+    def enqueue(self, partition: int, records: Iterable[tuple[bytes, bytes | None]], *,
+                timestamp_ms: int, too_large: int = E.invalid_commit_offset_size,
+                on_done: Callable[[int], None] | None = None) -> Pending[int]:
+        """Queue records for one partition as one batch; the result is the write's error."""
+        batch = build_batch([(key, value, (), timestamp_ms) for key, value in records])
+        return self.enqueue_batch(partition, batch, too_large=too_large, on_done=on_done)
 
-    def _enqueue_batch(self, partition: int, batch: bytes, *,
-                       too_large: E = E.invalid_commit_offset_size) -> Pending[int]:
-        """Queue one encoded batch for ``__consumer_offsets``; the event gets its error code."""
+    def enqueue_batch(self, partition: int, batch: bytes, *,
+                      too_large: int = E.invalid_commit_offset_size,
+                      on_done: Callable[[int], None] | None = None) -> Pending[int]:
+        """Queue one encoded batch for ``__consumer_offsets``."""
         done: Pending[int] = Pending()
-        self._write_send.send_nowait(_Write(partition, batch, done, too_large))
+        self._send.send_nowait(_Write(partition, batch, done, too_large, on_done))
         return done
 
-    def _ensure_offsets_topic(self) -> None:
-        ensure_topic(self.log_manager, OFFSETS_TOPIC, self._num_partitions,
+    def ensure_topic(self) -> None:
+        ensure_topic(self.log_manager, OFFSETS_TOPIC, self.num_partitions,
                      OFFSETS_TOPIC_CONFIGS, self.config.offsets_topic_segment_bytes)
 
-    async def _writer(self) -> None:
-        async for item in self._write_receive:
+    async def run_writer(self) -> None:
+        """Write what was queued, in order, until cancelled."""
+        async for item in self._receive:
             try:
-                self._ensure_offsets_topic()
+                self.ensure_topic()
                 await self.log_manager.append(OFFSETS_TOPIC, item.partition, item.batch,
                                               producer_check=False)
             except Exception as exc:  # storage failures become retriable coordinator errors
                 code = getattr(exc, "error_code", None)
                 emit("coordinator_write_failed", partition=item.partition, error=repr(exc))
-                item.done.set(item.too_large if code == E.message_too_large
-                              else E.coordinator_not_available)
+                error = item.too_large if code == E.message_too_large \
+                    else E.coordinator_not_available
             else:
-                item.done.set(E.none)
-
-    def _group_record(self, group: Group, assignment: Mapping[str, bytes] | None = None
-                      ) -> tuple[bytes, bytes | None]:
-        members = []
-        for member in group.members.values():
-            try:
-                subscription = member.metadata_for(group.protocol_name or "")
-            except KeyError:
-                subscription = b""
-            members.append(MemberValue(
-                member.member_id, member.group_instance_id, member.client_id, member.client_host,
-                member.rebalance_timeout_ms, member.session_timeout_ms, subscription,
-                (assignment or {}).get(member.member_id, member.assignment)))
-        value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name,
-                           group.leader_id, group.state_timestamp_ms, tuple(members))
-        return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)
-
-    def _store_group(self, group: Group, assignment: Mapping[str, bytes] | None = None
-                     ) -> Pending[int]:
-        # Kafka's storeGroup: metadata too large to store is UNKNOWN_SERVER_ERROR.
-        return self._enqueue(self.partition_for(group.group_id),
-                             [self._group_record(group, assignment)],
-                             too_large=E.unknown_server_error)
+                error = E.none
+            if item.on_done is not None:
+                try:
+                    item.on_done(error)
+                except Exception as exc:  # a bug in one follow-up must not stop the writer
+                    emit("background_task_failed", task="write_follow_up",
+                         error=type(exc).__name__, detail=repr(exc))
+            item.done.set(error)

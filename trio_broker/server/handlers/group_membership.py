@@ -10,7 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...coordinator.group import JoinResult, Pending, SyncResult
+from ...coordinator.group import JoinResult, SyncResult
+from ...coordinator.waiting import Pending
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
