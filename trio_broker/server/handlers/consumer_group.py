@@ -100,7 +100,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any
     # Kafka's checks: READ on the group, DESCRIBE on every subscribed topic name.
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
         return answer(ErrorCode.group_authorization_failed)
-    if body.subscribed_topic_names and ctx.broker.authorizer is not None:
+    if body.subscribed_topic_names:
         denied = [t for t in body.subscribed_topic_names
                   if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)]
         if denied:

@@ -38,7 +38,7 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
         denied = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
         offsets = {}
-    elif ctx.broker.authorizer is not None:
+    else:
         for name in {topic for topic, _ in offsets}:
             if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name):
                 for key in [key for key in offsets if key[0] == name]:
@@ -86,12 +86,11 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
         error, found = int(ErrorCode.coordinator_not_available), {}
     else:
         error, found = coord.fetch_offsets(group_id, wanted)
-        if ctx.broker.authorizer is not None:
-            names = {t for t, _ in (wanted if wanted is not None else found)}
-            denied_topics = {name for name in names if not ctx.authorize(
-                AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=wanted is not None)}
-            if wanted is None:
-                found = {k: v for k, v in found.items() if k[0] not in denied_topics}
+        names = {t for t, _ in (wanted if wanted is not None else found)}
+        denied_topics = {name for name in names if not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=wanted is not None)}
+        if wanted is None and denied_topics:
+            found = {k: v for k, v in found.items() if k[0] not in denied_topics}
     unstable = {key for key in (
         ctx.broker.transaction_coordinator.offsets.pending_partitions(group_id)
         if require_stable and not error else ()) if key[0] not in denied_topics}
