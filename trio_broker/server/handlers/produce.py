@@ -103,21 +103,30 @@ def _is_heavy(records: bytes) -> bool:
 
 
 async def _check_ahead(ctx: RequestContext, topic: str, partition: int, records: bytes,
-                       work: _RequestWork) -> CheckedRecords:
+                       work: _RequestWork) -> CheckedRecords | None:
     """The records' CRCs and every record checked before the append: on the event loop while
-    the request's inline allowance lasts, then in a worker thread (its connection's later
-    Produce requests wait for this one: ``produce_turn``). Raises the storage error the append
-    would (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE)."""
+    the request's inline allowance lasts (None for uncompressed records: the append checks
+    them), then in a worker thread (its connection's later Produce requests wait for this
+    one: ``produce_turn``). Raises the storage error the append would (CORRUPT_MESSAGE,
+    INVALID_RECORD, MESSAGE_TOO_LARGE)."""
     log = ctx.broker.log_manager.get_partition(topic, partition)
     assert log is not None
     max_size, limit = log.config.max_message_bytes, log.decompressed_limit
     try:
         if work.total is None:
-            try:
-                return check_records(records, max_size=max_size, limit=limit,
-                                     budget=work.inline)
-            except Deferred:
-                work.total = WalkBudget(request_budget(limit, ctx.size))
+            if not records[rb.ATTRIBUTES_OFFSET + 1] & rb.COMPRESSION_MASK:
+                if work.inline.remaining >= len(records):
+                    # Uncompressed, within the allowance: the append's own walk (length and
+                    # timestamp of each record) is the cheaper check on the loop.
+                    work.inline.remaining -= len(records)
+                    return None
+            else:
+                try:
+                    return check_records(records, max_size=max_size, limit=limit,
+                                         budget=work.inline)
+                except Deferred:
+                    pass
+            work.total = WalkBudget(request_budget(limit, ctx.size))
         if not work.holds_turn:
             turn = ctx.connection.produce_turn
             if turn is None:
