@@ -18,10 +18,29 @@ def ensure_topic(log_manager: Any, topic: str, num_partitions: int,
                  configs: Mapping[str, str], segment_bytes: int) -> None:
     """Create the compacted internal ``topic`` unless it exists (Kafka creates these on first
     use, so a broker that never needs one does not pay for its partitions)."""
-    if topic not in log_manager.topics:
+    if topic not in log_manager.topics and not log_manager.is_reserved(topic):
+        # (a creation under way in a worker thread: the write that follows fails as
+        # retriable, and the client tries again)
         log_manager.create_topic(topic, num_partitions,
                                  {**configs, "segment.bytes": str(segment_bytes)},
                                  internal=True)
+
+
+async def ensure_topic_async(log_manager: Any, topic: str, num_partitions: int,
+                             configs: Mapping[str, str], segment_bytes: int) -> None:
+    """:func:`ensure_topic` with the partitions created in a worker thread (fifty partitions
+    held the event loop 160 ms); a creation already under way is waited for."""
+    while topic not in log_manager.topics:
+        if log_manager.is_reserved(topic):
+            await trio.sleep(RESERVED_POLL_S)
+            continue
+        await log_manager.create_topic_async(
+            topic, num_partitions, {**configs, "segment.bytes": str(segment_bytes)},
+            internal=True)
+
+
+#: How often a coordinator looks whether its internal topic's creation has finished.
+RESERVED_POLL_S = 0.01
 
 
 def read_batches(log_manager: Any, topic: str, partition: int, offset: int, max_bytes: int

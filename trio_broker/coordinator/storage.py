@@ -27,7 +27,7 @@ from ..protocol.records import (
 )
 from ..storage.manager import LogManager
 from .group import CommittedOffset
-from .internal_topic import ensure_topic
+from .internal_topic import ensure_topic, ensure_topic_async
 from .records import (
     OFFSETS_TOPIC,
     GroupValue,
@@ -184,7 +184,9 @@ class OffsetsStore:
         """Write what was queued, in order, until cancelled."""
         async for item in self._receive:
             try:
-                self.ensure_topic()
+                await ensure_topic_async(self.log_manager, OFFSETS_TOPIC, self.num_partitions,
+                                         OFFSETS_TOPIC_CONFIGS,
+                                         self.config.offsets_topic_segment_bytes)
                 await self.log_manager.append(OFFSETS_TOPIC, item.partition, item.batch,
                                               producer_check=False)
             except Exception as exc:  # storage failures become retriable coordinator errors

@@ -517,14 +517,18 @@ class LogManager:
              configs=json.dumps(dict(info.configs)))
         return info
 
+    def is_reserved(self, name: str) -> bool:
+        """True while ``name`` is being created or deleted in a worker thread."""
+        return name in self._reserved
+
     async def create_topic_async(self, name: str, num_partitions: int,
-                                 configs: Mapping[str, str], *, validate_only: bool = False
-                                 ) -> TopicInfo:
+                                 configs: Mapping[str, str], *, validate_only: bool = False,
+                                 internal: bool = False) -> TopicInfo:
         """:meth:`create_topic` with the partition logs created and the topics file written in
         a worker thread (thousands of partitions take seconds of file creation). The name is
         reserved meanwhile, and the topic appears (to Metadata, Produce, ...) only once its
         logs exist and the topics file names it."""
-        info, log_config = self._new_topic(name, num_partitions, configs, False)
+        info, log_config = self._new_topic(name, num_partitions, configs, internal)
         if validate_only:
             return info
         self._reserved.add(name)

@@ -33,7 +33,7 @@ from ...observability.log import emit
 from ...protocol import records as rb
 from ...storage.txn_index import build_marker
 from ..coordinator import GroupCoordinator, OffsetCommitEntry
-from ..internal_topic import ensure_topic, every, guarded, read_batches
+from ..internal_topic import ensure_topic_async, every, guarded, read_batches
 from ..records import OFFSETS_TOPIC
 from . import state as sm
 from .offsets import TxnOffsets
@@ -168,8 +168,9 @@ class TransactionCoordinator:
         batch = rb.build_batch([(encode_key(meta.transactional_id), value, (), now)])
         lm = self.log_manager
         try:
-            ensure_topic(lm, TRANSACTION_TOPIC, self._num_partitions, TRANSACTION_TOPIC_CONFIGS,
-                         self.config.transaction_state_log_segment_bytes)
+            await ensure_topic_async(lm, TRANSACTION_TOPIC, self._num_partitions,
+                                     TRANSACTION_TOPIC_CONFIGS,
+                                     self.config.transaction_state_log_segment_bytes)
             await lm.append(TRANSACTION_TOPIC, self.partition_for(meta.transactional_id),
                             batch, producer_check=False)
         except Exception as exc:  # storage failure: the client retries

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...coordinator import OffsetCommitEntry
+from ...offload import Steps
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -27,8 +28,10 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     partition_cls = nested(cls, "OffsetCommitResponsePartition")
     offsets: dict[tuple[str, int], OffsetCommitEntry] = {}
+    steps = Steps()  # thousands of partitions: other connections get their turns
     for topic in body.topics:
         for p in topic.partitions:
+            await steps.tick()
             offsets[(topic.name, int(p.partition_index))] = OffsetCommitEntry(
                 int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                 p.committed_metadata)
@@ -56,11 +59,13 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
         errors = {**errors, **denied}
     topics = []
     for topic in body.topics:
-        partitions = tuple(
-            build(partition_cls, partition_index=p.partition_index,
-                  error_code=ErrorCode(errors.get((topic.name, int(p.partition_index)), 0)))
-            for p in topic.partitions)
-        topics.append(build(topic_cls, name=topic.name, partitions=partitions))
+        partitions = []
+        for p in topic.partitions:
+            await steps.tick()
+            partitions.append(build(
+                partition_cls, partition_index=p.partition_index,
+                error_code=ErrorCode(errors.get((topic.name, int(p.partition_index)), 0))))
+        topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
     return build(cls, throttle_time=throttle(ctx), topics=tuple(topics))
 
 
