@@ -286,20 +286,9 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
 
 
 async def _produce(ctx: RequestContext, body: Any, work: _RequestWork | None) -> Any:
-    """The request's work; a :class:`_RequestWork` that takes its connection's turn (a
-    worker thread checks records) gives it back at the end."""
-    preheld = work is not None
-    try:
-        return await _produce_partitions(ctx, body, work)
-    finally:
-        turn = ctx.connection.produce_turn
-        if turn is not None and not preheld and turn.locked() and turn.statistics().owner is \
-                trio.lowlevel.current_task():
-            turn.release()
-
-
-async def _produce_partitions(ctx: RequestContext, body: Any, work: _RequestWork | None
-                              ) -> Any:
+    """The request's work. ``work`` is given when the request already holds its connection's
+    turn; one that takes the turn itself (a worker thread checks its records) gives it back
+    once its appends are done."""
     broker = ctx.broker
     lm = broker.log_manager
     acks = int(body.acks)
@@ -311,37 +300,42 @@ async def _produce_partitions(ctx: RequestContext, body: Any, work: _RequestWork
     refusals: list[ProducerRefusal] = []
     # (name, [(index, code, message, base offset, append time, log start)]) per topic.
     topics: list[tuple[str, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
-    for name, mentions in _partitions_once(body.topic_data):
-        topic_denied = not id_denied and not ctx.authorize(
-            AclOperation.WRITE, ResourceType.TOPIC, name)
-        info = lm.topics.get(name) if lm is not None else None
-        partitions: list[tuple[int, ErrorCode, str | None, int, int, int]] = []
-        for index, data in mentions:
-            result: tuple[ErrorCode, str | None, int, int, int]
-            if id_denied:
-                result = (ErrorCode.transactional_id_authorization_failed, None, -1, -1, -1)
-            elif topic_denied:
-                result = (ErrorCode.topic_authorization_failed, None, -1, -1, -1)
-            elif acks not in (-1, 0, 1):
-                result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
-            elif lm is None:
-                result = (ErrorCode.kafka_storage_error, "no storage attached", -1, -1, -1)
-            elif info is None or lm.get_partition(name, index) is None:
-                result = (ErrorCode.unknown_topic_or_partition,
-                          "This server does not host this topic-partition.", -1, -1, -1)
-            elif is_internal_topic(name, info):
-                result = (ErrorCode.invalid_topic_exception,
-                          f"Cannot append to internal topic {name}", -1, -1, -1)
-            else:
-                records = data.records
-                if work is None and records is not None and _is_heavy(records):
-                    work = _RequestWork()
-                result = await _append_one(ctx, name, index, records, transactional_id,
-                                           refusals, work)
-            if result[0] is not ErrorCode.none:
-                failed = True
-            partitions.append((index, *result))
-        topics.append((name, partitions))
+    preheld = work is not None
+    try:
+        for name, mentions in _partitions_once(body.topic_data):
+            topic_denied = not id_denied and not ctx.authorize(
+                AclOperation.WRITE, ResourceType.TOPIC, name)
+            info = lm.topics.get(name) if lm is not None else None
+            partitions: list[tuple[int, ErrorCode, str | None, int, int, int]] = []
+            for index, data in mentions:
+                result: tuple[ErrorCode, str | None, int, int, int]
+                if id_denied:
+                    result = (ErrorCode.transactional_id_authorization_failed, None, -1, -1, -1)
+                elif topic_denied:
+                    result = (ErrorCode.topic_authorization_failed, None, -1, -1, -1)
+                elif acks not in (-1, 0, 1):
+                    result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
+                elif lm is None:
+                    result = (ErrorCode.kafka_storage_error, "no storage attached", -1, -1, -1)
+                elif info is None or lm.get_partition(name, index) is None:
+                    result = (ErrorCode.unknown_topic_or_partition,
+                              "This server does not host this topic-partition.", -1, -1, -1)
+                elif is_internal_topic(name, info):
+                    result = (ErrorCode.invalid_topic_exception,
+                              f"Cannot append to internal topic {name}", -1, -1, -1)
+                else:
+                    records = data.records
+                    if work is None and records is not None and _is_heavy(records):
+                        work = _RequestWork()
+                    result = await _append_one(ctx, name, index, records, transactional_id,
+                                               refusals, work)
+                if result[0] is not ErrorCode.none:
+                    failed = True
+                partitions.append((index, *result))
+            topics.append((name, partitions))
+    finally:
+        if work is not None and work.holds_turn and not preheld:
+            ctx.connection.produce_turn.release()  # type: ignore[union-attr]
     if refusals:
         # One field of the request line, never a line per partition (docs/logging.md).
         ctx.sequence_errors = describe_refusals(refusals)
