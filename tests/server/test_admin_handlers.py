@@ -19,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from trio_broker.config import BrokerConfig, Endpoint, load_config
+from trio_broker.config.dynamic import DYNAMIC_KEYS
 from trio_broker.coordinator import GroupCoordinator
 from trio_broker.protocol.codec import (
     decode_request,
@@ -211,7 +212,8 @@ async def test_describe_broker_configs(tmp_path: Path, version: int) -> None:
     assert entries["auto.create.topics.enable"].value == "true"
     assert entries["auto.create.topics.enable"].config_source == 5  # DEFAULT_CONFIG
     assert entries["socket.request.max.bytes"].value == "104857600"
-    assert all(c.read_only for c in result.configs)
+    # read-only unless the broker changes it at run time (docs/dynamic-configs.md)
+    assert {c.name for c in result.configs if not c.read_only} == DYNAMIC_KEYS
     assert entries["num.partitions"].synonyms[0].name == "num.partitions"
     if version >= 3:
         assert entries["num.partitions"].config_type == 3  # INT
@@ -263,7 +265,8 @@ async def test_broker_configs_cannot_be_altered(storage_broker: Broker) -> None:
     ), validate_only=False)
     answer = await call(broker, INCREMENTAL_ALTER_CONFIGS, 1, body)
     assert answer.responses[0].error_code == ErrorCode.invalid_request
-    assert "restart" in answer.responses[0].error_message
+    assert answer.responses[0].error_message == \
+        "Cannot update these configs dynamically: Set(num.io.threads)"
 
     module = req_module(ALTER_CONFIGS, 2)
     body = module.AlterConfigsRequest(resources=(
@@ -660,5 +663,6 @@ async def test_describe_topic_configs_with_synonyms(tmp_path: Path) -> None:
         assert retention == [("retention.ms", "5000", 1), ("log.retention.hours", "168", 5)]
         segment = entries["segment.bytes"]
         assert (segment.value, segment.config_source) == ("2000000", 4)
+        # Kafka's ConfigHelper lists the key at every level that has it: static, then default
         assert [(s.name, s.value, s.source) for s in segment.synonyms] == [
-            ("log.segment.bytes", "2000000", 4)]
+            ("log.segment.bytes", "2000000", 4), ("log.segment.bytes", "1073741824", 5)]

@@ -140,8 +140,12 @@ def setting(
     validator: Validator = _any,
     type_name: str = "int",
     group: str = "Network",
+    dynamic: bool = False,
 ) -> Any:
-    """Declare one configuration attribute with its Kafka key, default, validation and docs."""
+    """Declare one configuration attribute with its Kafka key, default, validation and docs.
+
+    ``dynamic``: the key can be changed while the broker runs (IncrementalAlterConfigs on a
+    BROKER resource, :mod:`.dynamic`), and the broker applies the new value at once."""
     return attrs.field(
         default=default,
         metadata={
@@ -151,6 +155,7 @@ def setting(
             "validator": validator,
             "type_name": type_name,
             "group": group,
+            "dynamic": dynamic,
         },
     )
 

@@ -20,7 +20,9 @@ def config_reference_markdown() -> str:
         "a Kafka `server.properties` works as the config file. Listener-scoped keys may be given as",
         "`listener.name.<listener>.<key>` for: " + ", ".join(sorted(LISTENER_PREFIXABLE_KEYS)) + ",",
         "and every key of the Security group, plus `listener.name.<listener>.<mechanism>.sasl.jaas.config`",
-        "(docs/security.md).",
+        "(docs/security.md). Keys marked **dynamic** can also be changed while the broker runs, per",
+        "broker or as the cluster-wide default (IncrementalAlterConfigs, `trio_broker configs",
+        "--entity-type brokers --alter`; docs/dynamic-configs.md).",
         "",
     ]
     groups: dict[str, list[attrs.Attribute[Any]]] = {}
@@ -36,6 +38,8 @@ def config_reference_markdown() -> str:
             allowed = meta["validator"].__doc__
             if allowed and meta["validator"] is not _any:
                 doc += f" {allowed}."
+            if meta.get("dynamic"):
+                doc += " **dynamic**"
             lines.append(f"| `{meta['key']}` | {meta['type_name']} | {default} | {doc} |")
         lines.append("")
     return "\n".join(lines)

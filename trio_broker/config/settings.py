@@ -165,7 +165,7 @@ class BrokerConfig:
         validator=between(1, 1), group="Log")
     message_max_bytes: int = setting(
         "message.max.bytes", 1048588, "Largest record batch accepted.", validator=at_least(0),
-        group="Log")
+        group="Log", dynamic=True)
     fetch_max_bytes: int = setting(
         "fetch.max.bytes", 57671680,
         "Largest Fetch response: a request's max_bytes above it is lowered to it (the first "
@@ -178,51 +178,52 @@ class BrokerConfig:
         validator=at_least(0), group="Log")
     log_segment_bytes: int = setting(
         "log.segment.bytes", 1073741824, "Roll a segment when it reaches this size.",
-        validator=at_least(14), group="Log")
+        validator=at_least(14), group="Log", dynamic=True)
     log_roll_ms: int | None = _long(
         "log.roll.ms", None, "Roll a segment this old; unset: log.roll.hours.",
-        validator=at_least(1), group="Log")
+        validator=at_least(1), group="Log", dynamic=True)
     log_roll_hours: int = setting(
-        "log.roll.hours", 168, "Roll a segment this old.", validator=at_least(1), group="Log")
+        "log.roll.hours", 168, "Roll a segment this old.", validator=at_least(1), group="Log",
+        dynamic=True)
     log_retention_ms: int | None = _long(
         "log.retention.ms", None, "Delete segments older than this; -1 keeps them forever.",
-        validator=at_least(-1), group="Log")
+        validator=at_least(-1), group="Log", dynamic=True)
     log_retention_minutes: int | None = setting(
         "log.retention.minutes", None, "Retention in minutes when log.retention.ms is unset.",
-        parser=_parse_optional_int, validator=at_least(-1), group="Log")
+        parser=_parse_optional_int, validator=at_least(-1), group="Log", dynamic=True)
     log_retention_hours: int = setting(
         "log.retention.hours", 168, "Retention in hours when the finer keys are unset.",
-        validator=at_least(-1), group="Log")
+        validator=at_least(-1), group="Log", dynamic=True)
     log_retention_bytes: int = _long(
         "log.retention.bytes", -1, "Delete old segments while a partition is larger; -1: no limit.",
-        group="Log")
+        group="Log", dynamic=True)
     log_retention_check_interval_ms: int = _long(
         "log.retention.check.interval.ms", 300000, "How often retention runs.",
         validator=at_least(1), group="Log")
     log_flush_interval_messages: int = _long(
         "log.flush.interval.messages", LONG_MAX,
         "fsync a partition after this many appended messages (default: leave it to the OS).",
-        validator=at_least(1), group="Log")
+        validator=at_least(1), group="Log", dynamic=True)
     log_flush_interval_ms: int | None = _long(
         "log.flush.interval.ms", None,
         "fsync a partition whose oldest unflushed data is this old; unset: "
-        "log.flush.scheduler.interval.ms.", validator=at_least(0), group="Log")
+        "log.flush.scheduler.interval.ms.", validator=at_least(0), group="Log", dynamic=True)
     log_flush_scheduler_interval_ms: int = _long(
         "log.flush.scheduler.interval.ms", LONG_MAX, "How often the time-based flush runs.",
         validator=at_least(1), group="Log")
     log_index_interval_bytes: int = setting(
         "log.index.interval.bytes", 4096, "Bytes between offset-index entries.",
-        validator=at_least(0), group="Log")
+        validator=at_least(0), group="Log", dynamic=True)
     log_index_size_max_bytes: int = setting(
         "log.index.size.max.bytes", 10485760, "Largest offset index; the segment rolls when full.",
-        validator=at_least(4), group="Log")
+        validator=at_least(4), group="Log", dynamic=True)
     log_message_timestamp_type: str = _str_setting(
         "log.message.timestamp.type", "CreateTime", "CreateTime or LogAppendTime.",
-        validator=one_of("CreateTime", "LogAppendTime"), group="Log")
+        validator=one_of("CreateTime", "LogAppendTime"), group="Log", dynamic=True)
     log_cleanup_policy: str = _str_setting(
         "log.cleanup.policy", "delete",
         "Default cleanup.policy of topics: delete, compact or compact,delete.",
-        validator=_cleanup_policy, group="Log")
+        validator=_cleanup_policy, group="Log", dynamic=True)
     log_cleaner_enable: bool = _bool_setting(
         "log.cleaner.enable", True, "Run the log cleaner (compaction of compacted topics).",
         group="Log")
@@ -239,23 +240,23 @@ class BrokerConfig:
     log_cleaner_min_cleanable_ratio: float = setting(
         "log.cleaner.min.cleanable.ratio", 0.5,
         "Default min.cleanable.dirty.ratio: dirty bytes over log bytes before a clean.",
-        parser=float, validator=_ratio, type_name="double", group="Log")
+        parser=float, validator=_ratio, type_name="double", group="Log", dynamic=True)
     log_cleaner_min_compaction_lag_ms: int = _long(
         "log.cleaner.min.compaction.lag.ms", 0,
         "Default min.compaction.lag.ms: records younger than this are not compacted.",
-        validator=at_least(0), group="Log")
+        validator=at_least(0), group="Log", dynamic=True)
     log_cleaner_max_compaction_lag_ms: int = _long(
         "log.cleaner.max.compaction.lag.ms", LONG_MAX,
         "Default max.compaction.lag.ms: dirty records older than this are compacted whatever "
-        "the dirty ratio.", validator=at_least(1), group="Log")
+        "the dirty ratio.", validator=at_least(1), group="Log", dynamic=True)
     log_cleaner_delete_retention_ms: int = _long(
         "log.cleaner.delete.retention.ms", 86400000,
         "Default delete.retention.ms: tombstones survive this long after their first clean.",
-        validator=at_least(0), group="Log")
+        validator=at_least(0), group="Log", dynamic=True)
     producer_id_expiration_ms: int = setting(
         "producer.id.expiration.ms", 86400000,
         "Forget idempotent producer state this long after its last write.", validator=at_least(1),
-        group="Log")
+        group="Log", dynamic=True)
     # -- group coordinator
     group_initial_rebalance_delay_ms: int = setting(
         "group.initial.rebalance.delay.ms", 3000,

@@ -264,6 +264,11 @@ _EVENT_LIST = [
           {**CONNECTION_FIELDS, "topic": STRING}),
     _spec("topic_config_changed", "A topic's config overrides changed.",
           {**CONNECTION_FIELDS, "topic": STRING, "configs": STRING}),
+    _spec("broker_config_changed",
+          "Dynamic broker configs changed (IncrementalAlterConfigs / AlterConfigs on a BROKER "
+          "resource) and were applied: resource is this node's id, or empty for the "
+          "cluster-wide default; configs the resource's dynamic configs now (JSON).",
+          {**CONNECTION_FIELDS, "resource": STRING, "configs": STRING}),
     _spec("partitions_created", "A topic got more partitions.",
           {**CONNECTION_FIELDS, "topic": STRING, "partitions": LONG}),
     _spec("partition_create_failed",

@@ -25,6 +25,7 @@ import trio
 
 from .. import __version__
 from ..config import KAFKA_KEYS_WITHOUT_EFFECT, BrokerConfig, Endpoint, parse_properties
+from ..config.dynamic import DynamicBrokerConfigs
 from ..coordinator import GroupCoordinator
 from ..network.socket_server import BoundListener, SocketServer, advertised_endpoints
 from ..observability import log
@@ -119,6 +120,10 @@ class BrokerApp:
         authorizer = Authorizer.from_config(config.data_dir, config)
         if authorizer is not None:
             await trio.to_thread.run_sync(authorizer.load)
+        # Dynamic broker configs saved by an earlier run: storage opens with their defaults.
+        dynamic = DynamicBrokerConfigs(config)
+        await trio.to_thread.run_sync(dynamic.load)
+        config = dynamic.current
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
         client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas, config)
         self.metrics.watch_quotas(client_quotas.managers)
@@ -128,7 +133,7 @@ class BrokerApp:
                         group_coordinator=GroupCoordinator(config, log_manager),
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics,
                         authentication_metrics=self.metrics.authentication,
-                        authorizer=authorizer, scram=self.scram)
+                        authorizer=authorizer, scram=self.scram, dynamic_configs=dynamic)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         self.metrics.watch_transactions(broker.transaction_coordinator)

@@ -6,6 +6,7 @@ import attrs
 import trio
 
 from ..config import BrokerConfig, Endpoint
+from ..config.dynamic import DynamicBrokerConfigs
 from ..coordinator import GroupCoordinator
 from ..coordinator.transaction import TransactionCoordinator
 from ..observability.metrics import AuthenticationMetrics, BrokerTopicMetrics
@@ -59,6 +60,17 @@ class Broker:
     #: ``num.io.threads`` at once, as Kafka's request-handler threads.
     workers: trio.CapacityLimiter = attrs.field(default=attrs.Factory(
         lambda self: trio.CapacityLimiter(self.config.num_io_threads), takes_self=True))
+
+    #: Dynamic broker configs (IncrementalAlterConfigs on BROKER resources); ``config`` is
+    #: their effective result over the static config.
+    dynamic_configs: DynamicBrokerConfigs = attrs.field(default=attrs.Factory(
+        lambda self: DynamicBrokerConfigs(self.config), takes_self=True))
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Apply a new effective config (a dynamic broker config changed): storage takes the
+        new log defaults at once; handlers read ``config`` from here on."""
+        self.config = config
+        self.log_manager.apply_broker_config(config)
 
     @property
     def node_id(self) -> int:

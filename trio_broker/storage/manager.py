@@ -109,6 +109,8 @@ class LogManager:
         self._topics_file_lock = threading.Lock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_configs: dict[str, LogConfig] = {}
+        #: The flush scheduler's current sleep (:meth:`apply_broker_config` ends it).
+        self._flush_nap: trio.CancelScope | None = None
         self._producer_ids: ProducerIdAllocator | None = None
         self.clean_shutdown = False
         self._opened = False
@@ -458,7 +460,10 @@ class LogManager:
             tick_ms = min([self.config.log_flush_scheduler_interval_ms]
                           + [c.flush_ms for c in self._log_configs.values()])
             # Huge values (the default: never) would overflow trio.sleep; sleep in long naps.
-            await trio.sleep(min(max(tick_ms, 1) / 1000, 3600.0))
+            # A broker config change ends the nap early (a lower flush.ms applies at once).
+            with trio.move_on_after(min(max(tick_ms, 1) / 1000, 3600.0)) as self._flush_nap:
+                await trio.sleep_forever()
+            self._flush_nap = None
             now = now_ms()
             for log in list(self._logs.values()):
                 if log.unflushed_messages and now - log.last_flush_ms >= log.config.flush_ms:
@@ -659,6 +664,21 @@ class LogManager:
         if new_total > MAX_PARTITIONS:
             raise InvalidPartitions(f"Too many partitions: {new_total}")
         return attrs.evolve(info, num_partitions=new_total)
+
+    def apply_broker_config(self, config: BrokerConfig) -> None:
+        """New broker-level defaults (a dynamic broker config changed): every topic without an
+        override of a key takes the new default at once, as Kafka's ``DynamicLogConfig``
+        reconfigures each log; the flush scheduler re-reads its tick."""
+        self.config = config
+        for name, info in self._topics.items():
+            log_config = LogConfig.build(config, info.configs)
+            self._log_configs[name] = log_config
+            for partition in range(info.num_partitions):
+                log = self._logs.get((name, partition))
+                if log is not None:
+                    log.config = log_config
+        if self._flush_nap is not None:
+            self._flush_nap.cancel()
 
     def describe_topic_config(self, name: str) -> list[ConfigEntry]:
         return describe_configs(self.config, self._require(name).configs)

@@ -4,16 +4,27 @@ AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterCo
 SET / DELETE / APPEND / SUBTRACT to single keys, APPEND and SUBTRACT only to list-valued keys
 (Kafka's rule), computed against the current effective value.
 
-Broker resources are refused with INVALID_REQUEST: every broker setting is static (read at
-start-up), which is what Kafka answers for a key that cannot be updated dynamically.
+BROKER resources (this node's id, or "" for the cluster-wide default) change the dynamic broker
+configs (:mod:`trio_broker.config.dynamic`), with Kafka's ``ConfigAdminManager`` rules: the name
+must be this node's id ("Node id must be an integer, but it is: x", "Unexpected broker id,
+expected 1, but received 2"); a null value other than a DELETE is INVALID_REQUEST; APPEND and
+SUBTRACT only on list keys (INVALID_CONFIG), computed against the resource's current dynamic
+value or else the key's default; a key that cannot change at run time is INVALID_REQUEST
+"Cannot update these configs dynamically: Set(...)". The change is applied at once (topics
+without an override take the new default), saved durably and logged as
+``broker_config_changed``. AlterConfigs replaces all of the resource's dynamic configs.
+BROKER_LOGGER resources are refused (log levels are not changed at run time here).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...config.dynamic import DynamicConfigError
+from ...observability.log import emit
 from ..acl import AclOperation
 from ..context import RequestContext
 from ..registry import api_handler
@@ -47,11 +58,11 @@ def _check_resource(ctx: RequestContext, kind: int, name: str) -> None:
         if ctx.broker.log_manager is None:
             raise _Refused(*NO_STORAGE)
         return
-    if kind in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+    if kind == BROKER_LOGGER_RESOURCE:
         problem = broker_resource_problem(ctx, name)
         raise _Refused(ErrorCode.invalid_request, problem or (
-            "Broker configs cannot be updated dynamically: trio_broker reads every broker "
-            "setting at start-up; change the properties file or --override and restart."))
+            "Broker logger levels cannot be changed at run time: set logging.level and "
+            "restart."))
     raise _Refused(ErrorCode.invalid_request, f"Unsupported resource type {kind}")
 
 
@@ -115,6 +126,83 @@ def _replacement(configs: Any) -> dict[str, str | None]:
     return changes
 
 
+def _check_broker_name(ctx: RequestContext, name: str) -> None:
+    """``ConfigAdminManager.validateResourceNameIsCurrentNodeId`` ("" is the cluster default)."""
+    if name == "":
+        return
+    try:
+        node = int(name)
+    except ValueError:
+        raise _Refused(ErrorCode.invalid_request,
+                       f"Node id must be an integer, but it is: {name}") from None
+    if node != ctx.broker.node_id:
+        raise _Refused(ErrorCode.invalid_request,
+                       f"Unexpected broker id, expected {ctx.broker.node_id}, but received "
+                       f"{name}")
+
+
+def _broker_props(ctx: RequestContext, name: str, configs: Any, *, incremental: bool
+                  ) -> dict[str, str]:
+    """The resource's dynamic configs after the request's operations (Kafka's
+    ``ConfigAdminManager.preprocess`` and ``prepareIncrementalConfigs``)."""
+    repeated = duplicates(c.name for c in configs)
+    if repeated:
+        raise _Refused(ErrorCode.invalid_request, "Error due to duplicate config keys")
+    nulls = [c.name for c in configs if c.value is None
+             and not (incremental and int(c.config_operation) == OP_DELETE)]
+    if nulls:
+        raise _Refused(ErrorCode.invalid_request,
+                       "Null value not supported for : " + ", ".join(nulls))
+    if not incremental:
+        return {c.name: c.value for c in configs}
+    props = ctx.broker.dynamic_configs.configs_of(name)
+    static = ctx.broker.dynamic_configs.static
+    for config in configs:
+        op, key = int(config.config_operation), config.name
+        if op == OP_SET:
+            props[key] = config.value
+        elif op == OP_DELETE:
+            props.pop(key, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if key not in LIST_BROKER_KEYS:
+                verb = "append" if op == OP_APPEND else "subtract"
+                raise _Refused(ErrorCode.invalid_config,
+                               f"Config value {verb} is not allowed for config key: {key}")
+            current = props.get(key)
+            if current is None:
+                current = str(getattr(static, LIST_BROKER_KEYS[key]))
+            items, given = _list_items(current), _list_items(config.value)
+            if op == OP_APPEND:
+                items += [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            props[key] = ",".join(items)
+        else:
+            raise _Refused(ErrorCode.invalid_request, f"Unknown operations type {op}")
+    return props
+
+
+#: Broker keys of Kafka's LIST type that are dynamic here (APPEND / SUBTRACT), by attribute.
+LIST_BROKER_KEYS = {"log.cleanup.policy": "log_cleanup_policy"}
+
+
+async def _alter_broker(ctx: RequestContext, name: str, configs: Any, *, incremental: bool,
+                        validate_only: bool) -> None:
+    _check_broker_name(ctx, name)
+    props = _broker_props(ctx, name, configs, incremental=incremental)
+    dynamic = ctx.broker.dynamic_configs
+    try:
+        config = dynamic.prepare(name, props)
+    except DynamicConfigError as exc:
+        raise _Refused(ErrorCode[exc.error], exc.message) from None
+    if validate_only:
+        return
+    dynamic.commit(name, props, config)
+    ctx.broker.reconfigure(config)
+    await dynamic.save()
+    emit("broker_config_changed", resource=name, configs=json.dumps(props, sort_keys=True))
+
+
 async def _alter(ctx: RequestContext, body: Any, api_key: int, *, incremental: bool) -> Any:
     module = response_module(api_key, ctx.api_version)
     response_name = ("IncrementalAlterConfigsResponse" if incremental
@@ -131,6 +219,13 @@ async def _alter(ctx: RequestContext, body: Any, api_key: int, *, incremental: b
             denied = config_authorization_error(ctx, kind, name, AclOperation.ALTER_CONFIGS)
             if denied is not None:
                 raise _Refused(denied, "Authorization failed.")
+            if kind == BROKER_RESOURCE:
+                await _alter_broker(ctx, name, resource.configs, incremental=incremental,
+                                    validate_only=bool(body.validate_only))
+                results.append(build(module.AlterConfigsResourceResponse,
+                                     error_code=ErrorCode.none, error_message=None,
+                                     resource_type=kind, resource_name=name))
+                continue
             _check_resource(ctx, kind, name)
             if incremental:
                 changes = _incremental_changes(ctx, name, resource.configs)
@@ -150,11 +245,11 @@ async def _alter(ctx: RequestContext, body: Any, api_key: int, *, incremental: b
 
 @api_handler(ALTER_CONFIGS, 0, 2)
 async def handle_alter_configs(ctx: RequestContext, body: Any) -> Any:
-    """Replace the overrides of each topic resource."""
+    """Replace the overrides of each topic resource, or a broker resource's dynamic configs."""
     return await _alter(ctx, body, ALTER_CONFIGS, incremental=False)
 
 
 @api_handler(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle_incremental_alter_configs(ctx: RequestContext, body: Any) -> Any:
-    """Apply SET / DELETE / APPEND / SUBTRACT to each topic resource."""
+    """Apply SET / DELETE / APPEND / SUBTRACT to each topic or broker resource."""
     return await _alter(ctx, body, INCREMENTAL_ALTER_CONFIGS, incremental=True)

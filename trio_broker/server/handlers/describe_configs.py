@@ -2,9 +2,13 @@
 
 Topic resources are described by the storage layer (overrides with source TOPIC_CONFIG, the
 rest with the broker-level value they inherit). The broker resource lists every key of
-:class:`~trio_broker.config.BrokerConfig` with its value: STATIC_BROKER_CONFIG when it differs
-from the default (it came from the properties file or an override), DEFAULT_CONFIG otherwise.
-Every broker setting is read-only: nothing can be changed without a restart.
+:class:`~trio_broker.config.BrokerConfig` with its value and Kafka's ``ConfigHelper`` rules for
+its source and synonyms: each synonym key (``log.retention.ms``, ``.minutes``, ``.hours``) is
+looked up in the dynamic per-broker configs (DYNAMIC_BROKER_CONFIG), then the dynamic cluster
+defaults (DYNAMIC_DEFAULT_BROKER_CONFIG), then the static config (STATIC_BROKER_CONFIG when it
+differs from the default: the properties file or an override) and the defaults
+(DEFAULT_CONFIG); the entry's source is the first synonym's. Keys that cannot change at run
+time are read-only. The cluster-default resource ("") lists the dynamic default configs only.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from ...config import BrokerConfig
+from ...config.dynamic import DYNAMIC_KEYS, DynamicBrokerConfigs, broker_synonyms
 from ...offload import Steps
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
@@ -144,55 +149,107 @@ def _entry(module: Any, body: Any, *, name: str, value: str | None, source: int,
     )
 
 
+Synonym = tuple[str, str | None, int]
+
+
+class _SynonymSource:
+    """Kafka's ``ConfigHelper.configSynonyms``: the values of a list of synonym keys, source
+    by source (dynamic per-broker, dynamic default, static, default)."""
+
+    def __init__(self, dynamic: DynamicBrokerConfigs) -> None:
+        self._maps: list[tuple[int, dict[str, str | None]]] = [
+            (CONFIG_SOURCES["DYNAMIC_BROKER_CONFIG"], dict(dynamic.per_broker)),
+            (CONFIG_SOURCES["DYNAMIC_DEFAULT_BROKER_CONFIG"], dict(dynamic.defaults))]
+        static: dict[str, str | None] = {
+            e.name: e.value for e in broker_config_entries(dynamic.static)
+            if e.value is not None and e.source == "STATIC_BROKER_CONFIG"}
+        default: dict[str, str | None] = {
+            f.metadata["key"]: _text(f.default) for f in attrs.fields(BrokerConfig)
+            if "key" in f.metadata and f.default is not None}
+        self._maps += [(CONFIG_SOURCES["STATIC_BROKER_CONFIG"], static),
+                       (CONFIG_SOURCES["DEFAULT_CONFIG"], default)]
+
+    def chain(self, names: tuple[str, ...], *, per_broker: bool = True) -> list[Synonym]:
+        return [(name, values[name], code) for code, values in self._maps
+                if per_broker or code != CONFIG_SOURCES["DYNAMIC_BROKER_CONFIG"]
+                for name in names if name in values]
+
+    def of(self, key: str, *, per_broker: bool = True) -> list[Synonym]:
+        """The synonyms of broker key ``key``, from the first one named ``key`` (Kafka drops
+        the finer keys' entries when describing a coarser one)."""
+        pairs = self.chain(broker_synonyms(key), per_broker=per_broker)
+        while pairs and pairs[0][0] != key:
+            pairs.pop(0)
+        return pairs
+
+
 def _describe_broker(ctx: RequestContext, module: Any, body: Any,
                      wanted: set[str] | None) -> tuple[Any, ...]:
-    return tuple(
-        _entry(module, body, name=e.name, value=e.value, source=config_source_code(e.source),
-               read_only=True, sensitive=e.name in SENSITIVE_BROKER_KEYS,
-               type_name=e.type_name, doc=e.doc)
-        for e in broker_config_entries(ctx.broker.config)
-        if wanted is None or e.name in wanted
-    )
+    synonyms = _SynonymSource(ctx.broker.dynamic_configs)
+    results = []
+    for e in broker_config_entries(ctx.broker.config):
+        if wanted is not None and e.name not in wanted:
+            continue
+        pairs = synonyms.of(e.name)
+        source = pairs[0][2] if pairs else CONFIG_SOURCES["DEFAULT_CONFIG"]
+        results.append(_entry(
+            module, body, name=e.name, value=e.value, source=source,
+            read_only=e.name not in DYNAMIC_KEYS, sensitive=e.name in SENSITIVE_BROKER_KEYS,
+            type_name=e.type_name, doc=e.doc, synonym_pairs=tuple(pairs)))
+    return tuple(results)
 
 
-#: Broker keys consulted after the first one, in order (Kafka's synonym chains).
-BROKER_FALLBACKS = {
-    "log.retention.ms": ("log.retention.minutes", "log.retention.hours"),
-    "log.roll.ms": ("log.roll.hours",),
-    "log.flush.interval.ms": ("log.flush.scheduler.interval.ms",),
-}
+def _describe_broker_defaults(ctx: RequestContext, module: Any, body: Any,
+                              wanted: set[str] | None) -> tuple[Any, ...]:
+    """The cluster-wide dynamic defaults (Kafka describes only those for the "" resource)."""
+    dynamic = ctx.broker.dynamic_configs
+    synonyms = _SynonymSource(dynamic)
+    types = {e.name: e for e in broker_config_entries(dynamic.static)}
+    results = []
+    for name, value in sorted(dynamic.defaults.items()):
+        if wanted is not None and name not in wanted:
+            continue
+        entry = types.get(name)
+        pairs = synonyms.of(name, per_broker=False)
+        results.append(_entry(
+            module, body, name=name, value=value,
+            source=CONFIG_SOURCES["DYNAMIC_DEFAULT_BROKER_CONFIG"],
+            read_only=name not in DYNAMIC_KEYS, sensitive=name in SENSITIVE_BROKER_KEYS,
+            type_name=entry.type_name if entry else None, doc=entry.doc if entry else None,
+            synonym_pairs=tuple(pairs)))
+    return tuple(results)
 
 
-def _topic_synonyms(entry: Any, broker: dict[str, BrokerConfigEntry]
-                    ) -> tuple[tuple[str, str | None, int], ...]:
+def _topic_synonyms(entry: Any, synonyms: _SynonymSource) -> tuple[Synonym, ...]:
     """Kafka's synonym chain: the topic override, then each broker key it would inherit from
-    that has a value (``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours``)."""
+    that has a value (``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours``),
+    dynamic ones first."""
     source = config_source_code(entry.source)
-    pairs: list[tuple[str, str | None, int]] = []
+    pairs: list[Synonym] = []
     if source == CONFIG_SOURCES["TOPIC_CONFIG"]:
         pairs.append((entry.name, entry.value, source))
     first = getattr(entry, "broker_key", None)
-    for key in (first, *BROKER_FALLBACKS.get(first or "", ())) if first else ():
-        broker_entry = broker.get(key)
-        if broker_entry is not None and broker_entry.value is not None:
-            pairs.append((key, broker_entry.value, config_source_code(broker_entry.source)))
+    if first:
+        pairs += synonyms.chain(broker_synonyms(first))
     if not pairs:
         pairs.append((entry.name, entry.value, source))
     return tuple(pairs)
 
 
 def _describe_topic(ctx: RequestContext, module: Any, body: Any, name: str,
-                    wanted: set[str] | None) -> tuple[Any, ...]:
+                    wanted: set[str] | None, synonyms: _SynonymSource) -> tuple[Any, ...]:
     entries = ctx.broker.log_manager.describe_topic_config(name)
-    broker = {e.name: e for e in broker_config_entries(ctx.broker.config)}
-    return tuple(
-        _entry(module, body, name=e.name, value=e.value, source=config_source_code(e.source),
-               read_only=bool(e.read_only), sensitive=bool(e.sensitive),
-               type_name=TOPIC_CONFIG_TYPES.get(e.name), doc=None,
-               synonym_pairs=_topic_synonyms(e, broker))
-        for e in entries
-        if wanted is None or e.name in wanted
-    )
+    results = []
+    for e in entries:
+        if wanted is not None and e.name not in wanted:
+            continue
+        pairs = _topic_synonyms(e, synonyms)
+        # Kafka: the entry's source is its first synonym's (a dynamic broker default shows).
+        results.append(_entry(
+            module, body, name=e.name, value=e.value, source=pairs[0][2],
+            read_only=bool(e.read_only), sensitive=bool(e.sensitive),
+            type_name=TOPIC_CONFIG_TYPES.get(e.name), doc=None, synonym_pairs=pairs))
+    return tuple(results)
 
 
 def config_authorization_error(ctx: RequestContext, kind: int, name: str, op: AclOperation
@@ -214,6 +271,7 @@ async def handle_describe_configs(ctx: RequestContext, body: Any) -> Any:
     module = response_module(DESCRIBE_CONFIGS, ctx.api_version)
     results = []
     steps = Steps()
+    synonyms = _SynonymSource(ctx.broker.dynamic_configs)
     for resource in body.resources:
         await steps.tick()  # thousands of resources: other connections get their turns
         kind = int(resource.resource_type)
@@ -229,14 +287,13 @@ async def handle_describe_configs(ctx: RequestContext, body: Any) -> Any:
                 if ctx.broker.log_manager is None:
                     code, message = NO_STORAGE
                 else:
-                    configs = _describe_topic(ctx, module, body, name, wanted)
+                    configs = _describe_topic(ctx, module, body, name, wanted, synonyms)
             elif kind == BROKER_RESOURCE:
                 problem = broker_resource_problem(ctx, name)
                 if problem is not None:
                     code, message = ErrorCode.invalid_request, problem
                 elif name == "":
-                    # Cluster-wide dynamic defaults: this broker has none.
-                    configs = ()
+                    configs = _describe_broker_defaults(ctx, module, body, wanted)
                 else:
                     configs = _describe_broker(ctx, module, body, wanted)
             else:
