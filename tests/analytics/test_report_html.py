@@ -49,7 +49,7 @@ def test_report_is_self_contained_with_a_section_per_symptom() -> None:
     assert "<script>" not in page  # data is escaped
     assert "&lt;script&gt;" in page
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing loaded from elsewhere
-    assert page.count("<section") == 13
+    assert page.count("<section") == 14
     assert "Undeclared events" in page and "{}" not in page
 
 
@@ -74,7 +74,7 @@ def test_svg_charts_are_well_formed() -> None:
 def test_empty_inputs_render_one_line_per_section() -> None:
     page = render_report({}, {})
     sections = re.findall(r"<section.*?</section>", page)
-    assert len(sections) == 13
+    assert len(sections) == 14
     for section in sections:
         assert section.count('class="empty"') == 1, section
     assert "No connection was refused in these logs." in page
@@ -288,3 +288,14 @@ def test_idle_ratios_in_tables_read_as_percent() -> None:
              "min_network_idle_percent": 0.451, "avg_handler_idle_percent": 0.635}]
     section = _section_of(render_report({}, {"saturation_by_minute": rows}), "saturation")
     assert "59.5%" in section and "45.1%" in section and "0.595" not in section
+
+
+def test_the_event_loop_section_names_who_held_the_loop() -> None:
+    rows = [{"api": "OffsetCommit", "client_id": "bulk-committer",
+             "where": "handle_offset_commit (offset_commit.py:40)", "count": 3,
+             "max_duration_ms": 412.5, "total_duration_ms": 901.0,
+             "first_seen": "2026-11-28T01:00:00Z", "last_seen": "2026-11-28T01:05:00Z"}]
+    section = _section_of(render_report({}, {"event_loop_blocked": rows}), "event-loop")
+    for text in ("OffsetCommit", "bulk-committer", "offset_commit.py:40", "412.5", "901"):
+        assert text in section, text
+    assert 'class="empty"' not in section
