@@ -31,7 +31,14 @@ import lz4.frame
 import zstandard
 
 from . import compression
-from .records import COMPRESSION_MASK, HEADER_SIZE, BatchHeader, RecordBatchError, split_batches
+from .records import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    BatchHeader,
+    RecordBatchError,
+    records_timestamp_bounds,
+    split_batches,
+)
 
 #: Output pulled from a codec per step.
 PIECE = 64 * 1024
@@ -69,7 +76,8 @@ class RecordsSummary:
 
     min_timestamp: int
     max_timestamp: int
-    keyless: bool
+    #: None: not known (the batch was read for lengths and timestamps only).
+    keyless: bool | None
 
 
 def request_budget(limit: int, record_bytes: int) -> int:
@@ -275,6 +283,10 @@ def summarize(batch: bytes | memoryview, header: BatchHeader, *, limit: int,
             byte = buffer[at]
             length = (byte >> 1) ^ -(byte & 1)
             body = at + 1
+        elif at + 1 < size and buffer[at + 1] < 0x80:
+            raw = (buffer[at] & 0x7F) | (buffer[at + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            body = at + 2
         else:
             try:
                 length, body = _varint(buffer, at, size)
@@ -333,18 +345,25 @@ def _wrong_size(length: int, read: int) -> RecordBatchError:
 
 
 def _record_in_place(data: bytearray, at: int, end: int) -> tuple[int, bool]:
-    """``(timestamp delta, keyless)`` of the record occupying ``data[at:end]``. One-byte
-    varints (the usual deltas, counts and short keys) are read inline."""
+    """``(timestamp delta, keyless)`` of the record occupying ``data[at:end]``. One- and
+    two-byte varints (the usual deltas, lengths and counts) are read inline: this runs for
+    every record of every compressed batch."""
     start = at
     try:
         byte = data[at + 1]  # after the attributes byte
         if byte < 0x80:
             delta = (byte >> 1) ^ -(byte & 1)
             at += 2
+        elif data[at + 2] < 0x80:
+            raw = (byte & 0x7F) | (data[at + 2] << 7)
+            delta = (raw >> 1) ^ -(raw & 1)
+            at += 3
         else:
             delta, at = _varint(data, at + 1, end)
         if data[at] < 0x80:  # offset delta
             at += 1
+        elif data[at + 1] < 0x80:
+            at += 2
         else:
             _, at = _varint(data, at, end)
         byte = data[at]
@@ -359,6 +378,10 @@ def _record_in_place(data: bytearray, at: int, end: int) -> tuple[int, bool]:
         if byte < 0x80:
             value = (byte >> 1) ^ -(byte & 1)
             at += 1
+        elif data[at + 1] < 0x80:
+            raw = (byte & 0x7F) | (data[at + 1] << 7)
+            value = (raw >> 1) ^ -(raw & 1)
+            at += 2
         else:
             value, at = _varint(data, at, end)
         if value > 0:
@@ -435,11 +458,39 @@ def check_records(records: bytes, *, max_size: int, limit: int, budget: WalkBudg
                   ) -> CheckedRecords:
     """Everything :meth:`PartitionLog.append` checks of a client's records that grows with
     them (the batches' CRCs, every record), done ahead: a
-    :class:`~.records.RecordBatchError` (or :class:`Deferred`) for what it refuses."""
+    :class:`~.records.RecordBatchError` (or :class:`Deferred`) for what it refuses.
+
+    With an inline allowance (``budget.defer``: on the event loop) a compressed batch is
+    inflated whole, at most to what the allowance has left, and its records' lengths and
+    timestamps are read as an uncompressed batch's are (the cheaper walk: most batches of
+    real producers end here); one that inflates past it is walked again in a worker thread,
+    streamed and field by field (:func:`summarize`)."""
     batches = split_batches(records, max_size=max_size)
     view = memoryview(records)
     summaries = {
-        position: summarize(view[position:position + header.size], header, limit=limit,
-                            budget=budget)
+        position: (_summarize_whole(view[position:position + header.size], header, limit,
+                                    budget)
+                   if budget.defer else
+                   summarize(view[position:position + header.size], header, limit=limit,
+                             budget=budget))
         for position, header in batches}
     return CheckedRecords(batches, summaries, max_size, limit)
+
+
+def _summarize_whole(batch: memoryview, header: BatchHeader, limit: int, budget: WalkBudget
+                     ) -> RecordsSummary:
+    cap = min(limit, budget.remaining)
+    payload: bytes | memoryview
+    if header.attributes & COMPRESSION_MASK:
+        try:
+            payload = compression.decompress(header.compression, batch[HEADER_SIZE:header.size],
+                                             cap)
+        except compression.CompressionError as exc:
+            if exc.too_large and cap < limit:
+                raise Deferred from None
+            raise RecordBatchError("corrupt_message", str(exc)) from None
+    else:
+        payload = batch[HEADER_SIZE:header.size]
+    budget.spend(len(payload))
+    smallest, largest = records_timestamp_bounds(batch, 0, header, limit, payload=payload)
+    return RecordsSummary(smallest, largest, None)

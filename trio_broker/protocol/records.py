@@ -316,7 +316,7 @@ def records_max_timestamp(batch: bytes | bytearray | memoryview, position: int,
 def records_timestamp_bounds(batch: bytes | bytearray | memoryview, position: int,
                              header: BatchHeader,
                              max_decompressed: int = DEFAULT_DECOMPRESSED_LIMIT,
-                             payload: bytes | None = None) -> tuple[int, int]:
+                             payload: bytes | memoryview | None = None) -> tuple[int, int]:
     """``(smallest, largest)`` record timestamp of the batch at ``position``; compressed
     records are decompressed first (at most ``max_decompressed`` bytes), unless the caller
     already holds them decompressed (``payload``).

@@ -353,11 +353,13 @@ class PartitionLog:
         Compressed batches are walked once: their summaries stay in ``summaries``."""
         view = memoryview(records)
         for position, header in batches:
+            keyless: bool | None = None
             if position in summaries or header.attributes & rb.COMPRESSION_MASK:
                 keyless = self._summary(records, position, header, summaries).keyless
-            else:
+            if keyless is None:  # read for lengths and timestamps only: the keys now
                 keyless = payload_has_keyless_record(
-                    rb.records_payload(view[position:position + header.size], header), header)
+                    rb.records_payload(view[position:position + header.size], header,
+                                       self.decompressed_limit), header)
             if keyless:
                 raise InvalidRecord(
                     "Compacted topic cannot accept message without key in topic partition "
