@@ -56,7 +56,7 @@ class Broker:
     #: SCRAM credentials (DescribeUserScramCredentials / AlterUserScramCredentials, SASL/SCRAM).
     scram: ScramStore = attrs.field(
         default=attrs.Factory(lambda self: ScramStore(self.config.data_dir), takes_self=True))
-    #: Worker threads for work that grows with what a client sent (``server/offload.py``):
+    #: Worker threads for work that grows with what a client sent (``trio_broker/offload.py``):
     #: ``num.io.threads`` at once, as Kafka's request-handler threads.
     workers: trio.CapacityLimiter = attrs.field(default=attrs.Factory(
         lambda self: trio.CapacityLimiter(self.config.num_io_threads), takes_self=True))
