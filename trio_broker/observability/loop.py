@@ -73,6 +73,8 @@ class LoopInstrument(trio.abc.Instrument):
         self._running_since: float | None = None
         self._runs = 0
         self._worst = dict.fromkeys(READERS, 0.0)
+        #: The smallest of ``_worst``: a run shorter than it changes nothing.
+        self._least = 0.0
         self.blocked_threshold_s = blocked_threshold_s
         #: Called on the loop's thread after a blocked run: ``(seconds, culprit)``.
         self.on_blocked = on_blocked
@@ -90,10 +92,8 @@ class LoopInstrument(trio.abc.Instrument):
             return
         self._running_since = None
         ran = now - since
-        worst = self._worst
-        for reader, value in worst.items():
-            if ran > value:
-                worst[reader] = ran
+        if ran > self._least:  # one comparison per loop pass, most of the time
+            self._note(ran)
         if self.blocked_threshold_s and ran >= self.blocked_threshold_s:
             self._blocked(ran)
 
@@ -121,15 +121,20 @@ class LoopInstrument(trio.abc.Instrument):
     def read_lag(self, reader: str) -> float:
         """The longest run of the loop (seconds) since ``reader`` last read it."""
         worst = self._worst[reader]
-        self._worst[reader] = 0.0
+        self._worst[reader] = self._least = 0.0
         return worst
 
     def note_lateness(self, late: float) -> None:
         """A wake-up ran ``late`` seconds after its deadline."""
+        if late > self._least:
+            self._note(late)
+
+    def _note(self, lag: float) -> None:
         worst = self._worst
         for reader, value in worst.items():
-            if late > value:
-                worst[reader] = late
+            if lag > value:
+                worst[reader] = lag
+        self._least = min(worst.values())
 
     async def watch_lag(self, interval: float = LAG_WAKEUP_S) -> None:
         """Wake every ``interval`` seconds and note how late each wake-up ran."""

@@ -572,42 +572,35 @@ class LogManager:
                          internal or name in INTERNAL_TOPICS), log_config
 
     def delete_topic(self, name: str) -> None:
+        """Delete a topic and its files on the calling thread (:meth:`delete_topic_async` is
+        DeleteTopics')."""
+        logs, forgot, moved_start = self._unpublish(name)
+        self._save_topics(name)
+        self._forget_files(logs, forgot, moved_start)
+        emit("topic_deleted", topic=name)
+
+    def _unpublish(self, name: str) -> tuple[list[PartitionLog], bool, bool]:
+        """The topic gone for every request at once: its logs (woken, not yet deleted), whether
+        the cleaner dropped a checkpoint of it, and whether a log start offset had moved."""
         info = self._require(name)
         del self._topics[name]
-        self._save_topics(name)
-        moved_start = False
-        for partition in range(info.num_partitions):
-            log = self._logs.pop((name, partition), None)
-            if log is not None:
-                moved_start |= log.log_start_offset > log.segments[0].base_offset
-                log._wake()
-                log.delete_files()
+        logs = [log for partition in range(info.num_partitions)
+                if (log := self._logs.pop((name, partition), None)) is not None]
+        for log in logs:
+            log._wake()
         self._log_configs.pop(name, None)
-        if self.cleaner.forget(name):
-            self.cleaner.write_checkpoints()
-        if moved_start:
-            # A topic re-created under this name must not inherit the old start offsets.
-            self._write_log_starts()
-        emit("topic_deleted", topic=name)
+        moved_start = any(log.log_start_offset > log.segments[0].base_offset for log in logs)
+        return logs, self.cleaner.forget(name), moved_start
 
     async def delete_topic_async(self, name: str) -> None:
         """:meth:`delete_topic` with the topics file and the partition directories (thousands
         of files) handled in worker threads. The topic is gone for every request at once; its
         name stays reserved until its files are."""
-        info = self._require(name)
-        del self._topics[name]
+        logs, forgot, moved_start = self._unpublish(name)
         self._reserved.add(name)
         try:
-            logs = [log for partition in range(info.num_partitions)
-                    if (log := self._logs.pop((name, partition), None)) is not None]
-            for log in logs:
-                log._wake()
-            self._log_configs.pop(name, None)
             self._encode_topics(name)
             await in_worker(None, self._write_topics, *self._topics_snapshot())
-            moved_start = any(log.log_start_offset > log.segments[0].base_offset
-                              for log in logs)
-            forgot = self.cleaner.forget(name)
             await in_worker(None, self._forget_files, logs, forgot, moved_start)
         finally:
             self._reserved.discard(name)
