@@ -8,7 +8,7 @@ ticket that the write's follow-up answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import attrs
 from kio.schema.errors import ErrorCode
@@ -43,9 +43,71 @@ ConsumerExpiry = Callable[[str, Mapping[TopicPartition, CommittedOffset], int, i
 Commit = dict[TopicPartition, int]
 
 
-def offset_tombstones(group_id: str, partitions: Iterable[TopicPartition]
-                      ) -> tuple[tuple[bytes, bytes | None], ...]:
-    return tuple((encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in partitions)
+@attrs.frozen(eq=False)
+class OffsetRecords:
+    """A group's offset records, encoded by the writer (:class:`~.classic_state.EncodedLater`):
+    the ``committed`` offsets in their order, then tombstones for the ``removed`` partitions
+    (sorted) and, with ``group_tombstone``, for the group itself."""
+
+    group_id: str
+    committed: Mapping[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
+    removed: Collection[TopicPartition] = ()
+    group_tombstone: bool = False
+
+    def __len__(self) -> int:
+        return len(self.committed) + len(self.removed) + int(self.group_tombstone)
+
+    def encode(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        group_id = self.group_id
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(OffsetKey(group_id, tp[0], tp[1])),
+             encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
+                                             c.commit_timestamp_ms)))
+            for tp, c in self.committed.items()]
+        records.extend((encode_offset_key(OffsetKey(group_id, t, p)), None)
+                       for t, p in sorted(self.removed))
+        if self.group_tombstone:
+            records.append((encode_group_key(GroupKey(group_id)), None))
+        return tuple(records)
+
+
+@attrs.define
+class CheckedEntries:
+    """An OffsetCommit's partitions checked against the topics (Kafka's per-partition checks:
+    the partition exists, the metadata fits), before the group's checks. The shell fills it a
+    slice at a time for a commit of thousands of partitions (:func:`check_entries`), yielding
+    between slices; the rules use it if no topic it looked at has changed since."""
+
+    now_ms: int
+    results: Commit = attrs.field(factory=dict)
+    accepted: dict[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
+    #: The partition count of each topic seen, as the check saw it.
+    counts: dict[str, int | None] = attrs.field(factory=dict)
+
+    def still_valid(self, partitions: PartitionCount) -> bool:
+        return all(partitions(topic) == count for topic, count in self.counts.items())
+
+
+def check_entries(entries: Iterable[tuple[TopicPartition, OffsetCommitEntry]],
+                  partitions: PartitionCount, max_metadata_bytes: int,
+                  into: CheckedEntries) -> None:
+    """Check ``entries`` into ``into`` (see :class:`CheckedEntries`)."""
+    results, accepted, counts, now = into.results, into.accepted, into.counts, into.now_ms
+    for tp, entry in entries:
+        topic, index = tp
+        if topic in counts:
+            count = counts[topic]
+        else:
+            count = counts[topic] = partitions(topic)
+        metadata = entry.metadata or ""
+        if count is None or not 0 <= index < count:
+            results[tp] = E.unknown_topic_or_partition
+        # A string's UTF-8 form is at most 4 bytes a character: most need no encoding.
+        elif (len(metadata) * 4 > max_metadata_bytes
+              and len(metadata.encode("utf-8")) > max_metadata_bytes):
+            results[tp] = E.offset_metadata_too_large
+        else:
+            accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
 
 
 def _exists(partitions: PartitionCount, tp: TopicPartition) -> bool:
@@ -116,10 +178,12 @@ class ClassicOffsets:
     def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
                        group_instance_id: str | None,
                        offsets: Mapping[TopicPartition, OffsetCommitEntry],
-                       partitions: PartitionCount) -> Decision[Commit]:
+                       partitions: PartitionCount,
+                       checked: CheckedEntries | None = None) -> Decision[Commit]:
         """Commit offsets (members, or simple consumers with generation -1). The shell checked
-        availability and the consumer-protocol groups first. A commit to write is answered
-        through a ticket once written."""
+        availability and the consumer-protocol groups first, and may have ``checked`` the
+        entries already (a huge commit). A commit to write is answered through a ticket once
+        written."""
         fx = Effects()
         core = self.core
 
@@ -140,27 +204,17 @@ class ClassicOffsets:
         member = group.members.get(member_id)
         if member is not None:
             core.touch(fx, group, member)
-        now = core.wall_ms()
-        results: Commit = {}
-        accepted: dict[TopicPartition, CommittedOffset] = {}
-        for tp, entry in offsets.items():
-            metadata = entry.metadata or ""
-            if not _exists(partitions, tp):
-                results[tp] = E.unknown_topic_or_partition
-            elif len(metadata.encode("utf-8")) > core.rules.offset_metadata_max_bytes:
-                results[tp] = E.offset_metadata_too_large
-            else:
-                accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
+        if checked is None or not checked.still_valid(partitions):
+            checked = CheckedEntries(core.wall_ms())
+            check_entries(offsets.items(), partitions, core.rules.offset_metadata_max_bytes,
+                          checked)
+        results, accepted = checked.results, checked.accepted
         if not accepted:
             _emit_committed(fx, group_id, member_id, generation_id, len(offsets), results)
             return fx.decide(results)
-        records = tuple(
-            (encode_offset_key(OffsetKey(group_id, tp[0], tp[1])),
-             encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
-                                             c.commit_timestamp_ms)))
-            for tp, c in accepted.items())
         ticket = core.new_ticket()
-        fx.write(Write(core.partition_for(group_id), records, then=OffsetsCommitted(
+        fx.write(Write(core.partition_for(group_id), OffsetRecords(group_id, accepted),
+                       then=OffsetsCommitted(
             group, ticket, accepted, results, member_id, generation_id, len(offsets),
             self.groups)))
         return fx.decide(ticket=ticket)
@@ -221,7 +275,8 @@ class ClassicOffsets:
         if not present:
             return fx.decide((E.none, results))
         ticket = self.core.new_ticket()
-        fx.write(Write(self.core.partition_for(group_id), offset_tombstones(group_id, present),
+        fx.write(Write(self.core.partition_for(group_id),
+                       OffsetRecords(group_id, removed=present),
                        then=OffsetsDeleted(group, ticket, present, results)))
         return fx.decide(ticket=ticket)
 
@@ -285,8 +340,8 @@ class ClassicOffsets:
         bring the group back at the next load, and compaction would keep it for good)."""
         self.core.transition(fx, group, GroupState.DEAD)
         del self.groups[group.group_id]
-        records = offset_tombstones(group.group_id, sorted(set(group.offsets).union(removed)))
-        records += ((encode_group_key(GroupKey(group.group_id)), None),)
+        records = OffsetRecords(group.group_id, removed=set(group.offsets).union(removed),
+                                group_tombstone=True)
         group.offsets.clear()
         fx.emit("group_deleted", group_id=group.group_id, reason=reason)
         fx.write(Write(self.core.partition_for(group.group_id), records,
@@ -311,7 +366,7 @@ class ClassicOffsets:
             total += len(gone)
             for tp in gone:
                 del group.offsets[tp]
-            self._offsets_removed(fx, group, sorted(gone), "topic deleted")
+            self._offsets_removed(fx, group, gone, "topic deleted")
         return fx.decide(total)
 
     def _offsets_removed(self, fx: Effects, group: Group, removed: list[TopicPartition],
@@ -325,7 +380,7 @@ class ClassicOffsets:
             fx.removed_groups.append(group.group_id)
         elif removed:
             fx.write(Write(self.core.partition_for(group.group_id),
-                           offset_tombstones(group.group_id, removed)))
+                           OffsetRecords(group.group_id, removed=removed)))
 
     # -------------------------------------------------------------- offset expiry
     def expire_offsets(self, retention_ms: int, consumer_expiry: ConsumerExpiry

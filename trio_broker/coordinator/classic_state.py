@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import attrs
 from kio.schema.errors import ErrorCode
@@ -48,6 +48,16 @@ R = TypeVar("R")
 
 TimerKey = tuple[str, ...]
 Records = tuple[tuple[bytes, bytes | None], ...]
+
+
+@runtime_checkable
+class EncodedLater(Protocol):
+    """Records given as values and encoded by the writer, in a worker thread when there are
+    thousands (an OffsetCommit of 100,000 partitions must not hold the event loop)."""
+
+    def __len__(self) -> int: ...
+
+    def encode(self) -> Records: ...
 
 
 def member_key(group_id: str, member_id: str) -> TimerKey:
@@ -98,7 +108,7 @@ class Write:
     (``then`` goes back to :meth:`ClassicGroups.written` with the write's error code)."""
 
     partition: int
-    records: Records
+    records: Records | EncodedLater
     #: The answer when the batch is over ``message.max.bytes``: Kafka's for offsets
     #: (``storeOffsets``), unless the write stores a group's metadata (``storeGroup``).
     too_large: int = E.invalid_commit_offset_size

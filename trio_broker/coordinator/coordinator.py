@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
+from itertools import islice
 from typing import Any, TypeVar
 
 import trio
@@ -31,9 +32,10 @@ from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig
 from ..observability.log import emit, emit_recorded
+from ..offload import Steps
 from ..storage.manager import LogManager
 from .classic_join import NEW_MEMBER_JOIN_TIMEOUT_MS, ClassicJoins
-from .classic_offsets import ClassicOffsets
+from .classic_offsets import CheckedEntries, ClassicOffsets, check_entries
 from .classic_state import (
     ClassicGroups,
     Decision,
@@ -70,6 +72,11 @@ __all__ = [
 
 E = ErrorCode
 T = TypeVar("T")
+
+#: An OffsetCommit of this many partitions or more has them checked a slice of
+#: ``CHECK_SLICE`` at a time, the event loop free between slices (docs/architecture.md).
+CHECK_IN_SLICES_FROM = 1024
+CHECK_SLICE = 512
 
 
 class GroupCoordinator:
@@ -181,7 +188,7 @@ class GroupCoordinator:
     def _groups(self) -> dict[str, Group]:
         return self.state.groups
 
-    def _enqueue(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+    def _enqueue(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
                  ) -> Pending[int]:
         return self.store.enqueue(partition, records, timestamp_ms=self.now_ms())
 
@@ -296,11 +303,27 @@ class GroupCoordinator:
             # A consumer group's member checked out: its offsets are stored as a simple
             # commit in the group's offsets-only entry.
             generation_id, member_id, group_instance_id = -1, "", None
+        checked = None
+        if len(offsets) >= CHECK_IN_SLICES_FROM:
+            checked = await self._check_in_slices(offsets)
         decision = self.offset_rules.commit_offsets(
             group_id=group_id, generation_id=generation_id, member_id=member_id,
             group_instance_id=group_instance_id, offsets=offsets,
-            partitions=self._partition_count)
+            partitions=self._partition_count, checked=checked)
         return await self._outcome(decision).wait()
+
+    async def _check_in_slices(self, offsets: Mapping[TopicPartition, OffsetCommitEntry]
+                               ) -> CheckedEntries:
+        """A huge commit's per-partition checks, a slice at a time with the event loop free
+        between slices (the group's own checks follow in one go: they do not grow)."""
+        checked = CheckedEntries(self.state.wall_ms())
+        entries = iter(offsets.items())
+        steps = Steps()
+        max_bytes = self.state.rules.offset_metadata_max_bytes
+        while piece := list(islice(entries, CHECK_SLICE)):
+            check_entries(piece, self._partition_count, max_bytes, checked)
+            await steps.tick()
+        return checked
 
     def fetch_offsets(self, group_id: str, partitions: Sequence[TopicPartition] | None
                       ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig
 from ..observability.log import emit
+from ..offload import in_worker
 from ..protocol.records import (
     Record,
     RecordBatchError,
@@ -26,6 +28,7 @@ from ..protocol.records import (
     iter_batches,
 )
 from ..storage.manager import LogManager
+from .classic_state import EncodedLater
 from .group import CommittedOffset
 from .internal_topic import ensure_topic, ensure_topic_async
 from .records import (
@@ -50,16 +53,38 @@ _LOAD_READ_BYTES = 4 * 1024 * 1024
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 
 
+#: A write of this many records or more is encoded in a worker thread (an OffsetCommit of
+#: thousands of partitions, their tombstones when the topic goes): docs/architecture.md.
+ENCODE_IN_WORKER_FROM = 1024
+
+
 @attrs.frozen
 class _Write:
     partition: int
-    batch: bytes
+    #: The batch, or what builds it (called by the writer, in order).
+    batch: bytes | Callable[[], bytes]
     done: Pending[int]
     #: The answer when the batch is over ``message.max.bytes``: Kafka's for offsets
     #: (``storeOffsets``), unless the write stores a group's metadata (``storeGroup``).
     too_large: int = E.invalid_commit_offset_size
     #: Called with the error code once written, before anyone waiting on ``done`` runs.
     on_done: Callable[[int], None] | None = None
+    #: How many records the batch holds (to decide where it is built).
+    count: int = 1
+
+    async def encoded(self) -> bytes:
+        batch = self.batch
+        if isinstance(batch, bytes):
+            return batch
+        if self.count >= ENCODE_IN_WORKER_FROM:
+            return await in_worker(None, batch)
+        return batch()
+
+
+def _build(records: Sequence[tuple[bytes, bytes | None]] | EncodedLater, timestamp_ms: int
+           ) -> bytes:
+    encoded = records.encode() if isinstance(records, EncodedLater) else records
+    return build_batch([(key, value, (), timestamp_ms) for key, value in encoded])
 
 
 @attrs.frozen
@@ -161,19 +186,22 @@ class OffsetsStore:
                 break
 
     # ---------------------------------------------------------------------- writes
-    def enqueue(self, partition: int, records: Iterable[tuple[bytes, bytes | None]], *,
+    def enqueue(self, partition: int,
+                records: Sequence[tuple[bytes, bytes | None]] | EncodedLater, *,
                 timestamp_ms: int, too_large: int = E.invalid_commit_offset_size,
                 on_done: Callable[[int], None] | None = None) -> Pending[int]:
-        """Queue records for one partition as one batch; the result is the write's error."""
-        batch = build_batch([(key, value, (), timestamp_ms) for key, value in records])
-        return self.enqueue_batch(partition, batch, too_large=too_large, on_done=on_done)
+        """Queue records for one partition as one batch, built by the writer; the result is
+        the write's error."""
+        return self.enqueue_batch(partition, partial(_build, records, timestamp_ms),
+                                  too_large=too_large, on_done=on_done, count=len(records))
 
-    def enqueue_batch(self, partition: int, batch: bytes, *,
+    def enqueue_batch(self, partition: int, batch: bytes | Callable[[], bytes], *,
                       too_large: int = E.invalid_commit_offset_size,
-                      on_done: Callable[[int], None] | None = None) -> Pending[int]:
-        """Queue one encoded batch for ``__consumer_offsets``."""
+                      on_done: Callable[[int], None] | None = None,
+                      count: int = 1) -> Pending[int]:
+        """Queue one batch (or what builds it) for ``__consumer_offsets``."""
         done: Pending[int] = Pending()
-        self._send.send_nowait(_Write(partition, batch, done, too_large, on_done))
+        self._send.send_nowait(_Write(partition, batch, done, too_large, on_done, count))
         return done
 
     def ensure_topic(self) -> None:
@@ -187,8 +215,8 @@ class OffsetsStore:
                 await ensure_topic_async(self.log_manager, OFFSETS_TOPIC, self.num_partitions,
                                          OFFSETS_TOPIC_CONFIGS,
                                          self.config.offsets_topic_segment_bytes)
-                await self.log_manager.append(OFFSETS_TOPIC, item.partition, item.batch,
-                                              producer_check=False)
+                await self.log_manager.append(OFFSETS_TOPIC, item.partition,
+                                              await item.encoded(), producer_check=False)
             except Exception as exc:  # storage failures become retriable coordinator errors
                 code = getattr(exc, "error_code", None)
                 emit("coordinator_write_failed", partition=item.partition, error=repr(exc))
