@@ -34,6 +34,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from trio_broker.protocol.encoder import RegionBuffer, compile_encoder
+from trio_broker.protocol.legacy_schemas import legacy_request, legacy_response
 from trio_broker.protocol.prescan import InvalidRequest, scan_body, skip_tagged_fields
 from trio_broker.protocol.regions import FramedParts, split
 from trio_broker.protocol.repeats import DEDUPE_FROM_BYTES, dedupe_metadata_topics
@@ -80,12 +81,13 @@ def _api_name(api_key: int) -> str:
 
 @cache
 def request_schema(api_key: int, api_version: int) -> type[Any]:
-    return load_request_schema(api_key, api_version)
+    # Versions kio 0.6.5 lacks (removed in Kafka 4, served by 3.9) come from legacy_schemas.
+    return legacy_request(api_key, api_version) or load_request_schema(api_key, api_version)
 
 
 @cache
 def response_schema(api_key: int, api_version: int) -> type[Any]:
-    return load_response_schema(api_key, api_version)
+    return legacy_response(api_key, api_version) or load_response_schema(api_key, api_version)
 
 
 _READERS: dict[Any, Callable[[bytes, int], tuple[Any, int]]] = {}

@@ -32,11 +32,15 @@ from ._admin import build, response_module, throttle
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
-MIN_VERSION = 1
+MIN_VERSION = 0  # v0: Kafka 3.9 (legacy_schemas)
 MAX_VERSION = 3
 
 NO_AUTHORIZER = "No Authorizer is configured."
 _CLUSTER_DENIED = "Cluster authorization failed."
+
+
+#: v0 of the ACL APIs has no pattern type field: Kafka reads its default, LITERAL (3).
+_LITERAL = 3
 
 
 def _enum(cls: Any, code: int) -> Any:
@@ -48,7 +52,7 @@ def _enum(cls: Any, code: int) -> Any:
 
 def _binding(item: Any) -> AclBinding:
     return AclBinding(_enum(ResourceType, item.resource_type), item.resource_name,
-                      _enum(PatternType, item.resource_pattern_type),
+                      _enum(PatternType, getattr(item, "resource_pattern_type", _LITERAL)),
                       item.principal, item.host, _enum(AclOperation, item.operation),
                       _enum(PermissionType, item.permission_type))
 
@@ -57,7 +61,7 @@ def _filter(item: Any, prefix: str) -> AclFilter:
     """From DescribeAcls (``*_filter`` fields) or DeleteAcls (``*_filter`` fields too)."""
     return AclFilter(_enum(ResourceType, getattr(item, f"resource_type{prefix}")),
                      getattr(item, f"resource_name{prefix}"),
-                     _enum(PatternType, getattr(item, f"pattern_type{prefix}")),
+                     _enum(PatternType, getattr(item, f"pattern_type{prefix}", _LITERAL)),
                      item.principal_filter, item.host_filter,
                      _enum(AclOperation, item.operation),
                      _enum(PermissionType, item.permission_type))

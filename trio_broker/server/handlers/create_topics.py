@@ -30,7 +30,7 @@ from ._admin import (
 from .describe_configs import config_source_code
 
 CREATE_TOPICS = 19
-MIN_VERSION = 2
+MIN_VERSION = 0  # v0-v1: Kafka 3.9 (legacy_schemas)
 MAX_VERSION = 7
 #: KIP-599: from this version a topic over the controller mutation quota is refused.
 STRICT_QUOTA_SINCE = 6
@@ -197,7 +197,7 @@ async def handle_create_topics(ctx: RequestContext, body: Any) -> Any:
             continue
         try:
             info = await lm.create_topic_async(name, count, configs,
-                                               validate_only=bool(body.validate_only))
+                                               validate_only=bool(getattr(body, "validate_only", False)))
         except Exception as exc:  # StorageError: its code; anything else: UNKNOWN_SERVER_ERROR
             code, message = error_of(exc)
             results.append(result(name, code, message))

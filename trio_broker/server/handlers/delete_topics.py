@@ -24,7 +24,7 @@ from ._admin import (
 )
 
 DELETE_TOPICS = 20
-MIN_VERSION = 1
+MIN_VERSION = 0  # v0: Kafka 3.9 (legacy_schemas)
 MAX_VERSION = 6
 #: KIP-599: from this version a topic over the controller mutation quota is refused.
 STRICT_QUOTA_SINCE = 5

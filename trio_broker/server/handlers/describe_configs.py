@@ -27,7 +27,7 @@ from ..registry import api_handler
 from ._admin import NO_STORAGE, build, error_of, response_module, throttle
 
 DESCRIBE_CONFIGS = 32
-MIN_VERSION = 1
+MIN_VERSION = 0  # v0: Kafka 3.9 (legacy_schemas)
 MAX_VERSION = 4
 
 #: ``ConfigResource.Type`` codes.

@@ -14,7 +14,7 @@ from ..registry import api_handler
 from ._admin import build, response_module, throttle
 
 DESCRIBE_LOG_DIRS = 35
-MIN_VERSION = 1
+MIN_VERSION = 0  # v0: Kafka 3.9 (legacy_schemas)
 MAX_VERSION = 4
 
 

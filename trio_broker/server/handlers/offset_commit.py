@@ -22,8 +22,54 @@ NO_OFFSET = -1
 
 
 # ---------------------------------------------------------------------- OffsetCommit
-@api_handler(OFFSET_COMMIT, 2, 8)
+def _every_partition(cls: type[Any], body: Any, error: int) -> Any:
+    """``getErrorResponse`` of OffsetCommit v0/v1: every requested partition gets ``error``."""
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    partition_cls = nested(cls, "OffsetCommitResponsePartition")
+    return build(cls, topics=tuple(
+        build(topic_cls, name=t.name, partitions=tuple(
+            build(partition_cls, partition_index=p.partition_index, error_code=ErrorCode(error))
+            for p in t.partitions)) for t in body.topics))
+
+
+def _offset_commit_v0(ctx: RequestContext, body: Any) -> Any:
+    """KafkaApis.handleOffsetCommitRequest (3.9) for v0, which stored offsets in ZooKeeper:
+    after the group and topic checks, a request with any valid partition left fails with
+    UNSUPPORTED_VERSION everywhere ("Version 0 offset commit requests" are unsupported on a
+    KRaft broker); one with none left gets the per-partition errors."""
+    cls = response_class(ctx)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return _every_partition(cls, body, ErrorCode.group_authorization_failed)
+    lm = ctx.broker.log_manager
+    errors: dict[tuple[str, int], int] = {}
+    valid = False
+    for topic in body.topics:
+        allowed = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
+        for p in topic.partitions:
+            key = (topic.name, int(p.partition_index))
+            if not allowed:
+                errors[key] = ErrorCode.topic_authorization_failed
+            elif lm is None or lm.get_partition(*key) is None:
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            else:
+                valid = True
+    if valid:
+        return _every_partition(cls, body, ErrorCode.unsupported_version)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    partition_cls = nested(cls, "OffsetCommitResponsePartition")
+    return build(cls, topics=tuple(
+        build(topic_cls, name=t.name, partitions=tuple(
+            build(partition_cls, partition_index=p.partition_index,
+                  error_code=ErrorCode(errors[(t.name, int(p.partition_index))]))
+            for p in t.partitions)) for t in body.topics))
+
+
+# v0 and v1 are Kafka 3.9's (legacy_schemas). v1's commit_timestamp is not kept: the group
+# coordinator stamps each commit with its own clock (docs/apis.md).
+@api_handler(OFFSET_COMMIT, 0, 8)
 async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
+    if ctx.api_version == 0:
+        return _offset_commit_v0(ctx, body)
     cls = response_class(ctx)
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     partition_cls = nested(cls, "OffsetCommitResponsePartition")
@@ -118,8 +164,27 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
                         for name, parts in by_topic.items())
 
 
-@api_handler(OFFSET_FETCH, 1, 8)
+def _offset_fetch_v0(ctx: RequestContext, body: Any) -> Any:
+    """KafkaApis.handleOffsetFetchRequestFromZookeeper (3.9): v0 read ZooKeeper's offsets, which
+    a KRaft broker has not: after the group check every requested partition is
+    UNSUPPORTED_VERSION, with offset -1 and empty metadata (OffsetFetchRequest.getErrorResponse)."""
+    cls = response_class(ctx)
+    error = (ErrorCode.unsupported_version
+             if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, body.group_id)
+             else ErrorCode.group_authorization_failed)
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    partition_cls = nested(cls, "OffsetFetchResponsePartition")
+    return build(cls, topics=tuple(
+        build(topic_cls, name=t.name, partitions=tuple(
+            build(partition_cls, partition_index=i, committed_offset=NO_OFFSET, metadata="",
+                  error_code=error) for i in t.partition_indexes))
+        for t in body.topics))
+
+
+@api_handler(OFFSET_FETCH, 0, 8)
 async def handle_offset_fetch(ctx: RequestContext, body: Any) -> Any:
+    if ctx.api_version == 0:
+        return _offset_fetch_v0(ctx, body)
     cls = response_class(ctx)
     if ctx.api_version >= 8:
         group_cls = nested(cls, "OffsetFetchResponseGroup")

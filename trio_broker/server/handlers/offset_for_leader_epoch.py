@@ -15,7 +15,7 @@ from ..registry import api_handler
 from ._admin import build, response_module, throttle
 
 OFFSET_FOR_LEADER_EPOCH = 23
-MIN_VERSION = 2
+MIN_VERSION = 0  # v0-v1: Kafka 3.9 (legacy_schemas)
 MAX_VERSION = 4
 #: "No epoch" in a request (Kafka's RecordBatch.NO_PARTITION_LEADER_EPOCH).
 NO_EPOCH = -1
@@ -32,7 +32,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, body: Any) -> Any:
         for part in topic.partitions:
             index = int(part.partition)
             log = lm.get_partition(topic.topic, index) if lm is not None else None
-            current = int(part.current_leader_epoch)
+            current = int(getattr(part, "current_leader_epoch", NO_EPOCH))  # v2+
             requested = int(part.leader_epoch)
             code, epoch, end = ErrorCode.none, -1, -1
             if denied:

@@ -32,7 +32,7 @@ def _marker_error(log: Any, producer_id: int, producer_epoch: int) -> ErrorCode:
     return ErrorCode.none
 
 
-@api_handler(WRITE_TXN_MARKERS, 1, 2)
+@api_handler(WRITE_TXN_MARKERS, 0, 2)  # v0: Kafka 3.9, not flexible
 async def handle_write_txn_markers(ctx: RequestContext, body: Any) -> Any:
     """KafkaApis.handleWriteTxnMarkersRequest: CLUSTER_ACTION on the cluster, else every
     partition answers CLUSTER_AUTHORIZATION_FAILED; per partition UNKNOWN_TOPIC_OR_PARTITION
