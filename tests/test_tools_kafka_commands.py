@@ -177,8 +177,16 @@ async def test_features(broker: Any) -> None:
     assert all(re.fullmatch(r"Feature: \S+\tSupportedMinVersion: \S+\tSupportedMaxVersion: "
                             r"\S+\tFinalizedVersionLevel: \S+\tEpoch: \S+", line)
                for line in out.splitlines())
-    code, _, err = await tool(b, "features", "upgrade", "--feature", "transaction.version=2")
-    assert code == 1 and err.count("\n") == 1 and "UPDATE_FEATURES" in err
+    assert "Feature: metadata.version\tSupportedMinVersion: 7\tSupportedMaxVersion: 25\t" \
+        "FinalizedVersionLevel: 25\tEpoch: 2" in out.splitlines()
+    code, out, err = await tool(b, "features", "upgrade", "--feature", "transaction.version=2")
+    assert (code, err) == (1, "trio_broker features: 1 out of 1 operation(s) failed.\n")
+    assert out == ("Could not upgrade transaction.version to 2. INVALID_UPDATE_VERSION: The update "
+                   "failed for all features since the following feature had an error: Invalid "
+                   "update version 2 for feature transaction.version. Local controller 1 only "
+                   "supports versions 0-1\n")
+    assert await tool(b, "features", "upgrade", "--feature", "transaction.version=1") == (
+        0, "transaction.version was upgraded to 1.\n", "")
     code, _, err = await tool(b, "features", "upgrade")
     assert code == 2 and "at least one feature" in err  # found after parsing: our stderr
 
@@ -286,13 +294,15 @@ def test_perf_tests_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 # ----------------------------------------------------------------------- metadata-quorum
 async def test_metadata_quorum(broker: Any) -> None:
-    """trio_broker has no KRaft quorum and does not serve DescribeQuorum: the tool says so
-    in one line (status 1); its option checks are Kafka's."""
+    """DescribeQuorum answers for the single voter (this node); the option checks are Kafka's."""
     b = broker.bootstrap
     code, out, err = await tool(b, "metadata-quorum", "describe", "--status")
-    assert (code, out) == (1, "") and err == (
-        "trio_broker metadata-quorum: The broker does not support DESCRIBE_QUORUM (no KRaft "
-        "quorum to describe; `trio_broker cluster describe` shows the controller)\n")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1:] == [
+        "LeaderId:               1", "LeaderEpoch:            1", "HighWatermark:          3",
+        "MaxFollowerLag:         0", "MaxFollowerLagTimeMs:   0",
+        f'CurrentVoters:          [{{"id": 1, "endpoints": ["PLAINTEXT://{b}"]}}]',
+        "CurrentObservers:       []"]
     code, _, err = await tool(b, "metadata-quorum", "describe", "--status", "--replication")
     assert (code, err) == (1, "trio_broker metadata-quorum: Only one of --status or "
                               "--replication should be specified with describe sub-command\n")

@@ -42,7 +42,8 @@ API_VERSIONS = [(key, version) for key, (low, high) in supported_versions().item
 # arrays of plain values). Keyed by API key, then by the lowest version the line applies to.
 Mirror = tuple[str, str, list[tuple[str, str]]]
 MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
-    0: [(0, 99, ("topic_data", "responses", [("name", "name")])),
+    0: [(0, 12, ("topic_data", "responses", [("name", "name")])),
+        (13, 99, ("topic_data", "responses", [("topic_id", "topic_id")])),  # KIP-516
         (0, 99, ("topic_data.partition_data", "responses.partition_responses",
                  [("index", "index")]))],
     1: [(0, 12, ("topics", "responses", [("topic", "topic")])),
@@ -118,6 +119,8 @@ EMPTY: dict[int, list[tuple[int, int, str]]] = {
     46: [(0, 99, "topics")],   # ListPartitionReassignments: the top-level error only
     47: [(0, 99, "topics")],   # OffsetDelete: the top-level error only
     66: [(0, 99, "transaction_states")],  # ListTransactions: the top-level error only
+    55: [(0, 99, "topics"), (2, 99, "nodes")],  # DescribeQuorum: getTopLevelErrorResponse
+    57: [(0, 99, "results")],  # UpdateFeatures: createWithErrors, rows only on success
 }
 
 
@@ -206,7 +209,8 @@ def test_every_api_with_arrays_to_echo_is_in_the_expectations() -> None:
                    75, 30, 31, 24, 28, 65, 66, 69, 27,
                    50, 51}  # 50, 51: test_scram_credentials_error_responses
     # 68: ConsumerGroupHeartbeat answers one member, nothing to echo
-    no_arrays = {12, 14, 16, 17, 18, 22, 25, 26, 29, 36, 48, 60, 68}  # nothing to echo (48: null)
+    no_arrays = {12, 14, 16, 17, 18, 22, 25, 26, 29, 36, 48, 60, 68,  # nothing to echo (48: null)
+                 55, 57}  # the top-level error only
     assert set(supported_versions()) == with_arrays | no_arrays
 
 

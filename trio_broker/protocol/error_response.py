@@ -121,6 +121,10 @@ _OVERRIDES: dict[int, list[tuple[int, int, _Override]]] = {
     31: [(0, 99, _Override(paired={"filter_results": "filters"}))],
     # SaslAuthenticateRequest: the code and error.message(), no bytes.
     36: [(0, 99, _Override(message=True))],
+    # DescribeQuorumRequest.getTopLevelErrorResponse: the code alone.
+    55: [(0, 99, _Override(not_mirrored=frozenset({"topics"})))],
+    # UpdateFeaturesResponse.createWithErrors: result rows only when the request succeeded.
+    57: [(0, 99, _Override(not_mirrored=frozenset({"results"})))],
 }
 
 

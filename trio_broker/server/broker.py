@@ -14,6 +14,7 @@ from ..security.scram import ScramStore
 from ..storage.manager import LogManager
 from .authorizer import Authorizer
 from .client_quotas import ClientQuotas
+from .feature_store import FeatureStore
 from .fetch_session import FetchSessionCache
 from .purgatory import Purgatory
 
@@ -61,6 +62,9 @@ class Broker:
     workers: trio.CapacityLimiter = attrs.field(default=attrs.Factory(
         lambda self: trio.CapacityLimiter(self.config.num_io_threads), takes_self=True))
 
+    #: Finalized features and the metadata quorum's counters (UpdateFeatures, DescribeQuorum).
+    features: FeatureStore = attrs.field(default=attrs.Factory(
+        lambda self: FeatureStore(self.config.data_dir), takes_self=True))
     #: Dynamic broker configs (IncrementalAlterConfigs on BROKER resources); ``config`` is
     #: their effective result over the static config.
     dynamic_configs: DynamicBrokerConfigs = attrs.field(default=attrs.Factory(

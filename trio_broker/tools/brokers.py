@@ -1,8 +1,8 @@
 """Kafka's broker-level tools over the wire, with their options, output and exit statuses:
 ``broker-api-versions`` (kafka-broker-api-versions.sh), ``log-dirs`` (kafka-log-dirs.sh),
 ``features`` (kafka-features.sh), ``leader-election`` (kafka-leader-election.sh) and
-``metadata-quorum`` (kafka-metadata-quorum.sh; DescribeQuorum, which trio_broker does not
-serve: it has no KRaft quorum)."""
+``metadata-quorum`` (kafka-metadata-quorum.sh; DescribeQuorum, which trio_broker answers for
+its single voter)."""
 
 from __future__ import annotations
 
@@ -525,9 +525,8 @@ def uuid_text(value: Any) -> str:
 def metadata_quorum_parser() -> argparse.ArgumentParser:
     parser = Parser("trio_broker metadata-quorum",
                     "This tool describes kraft metadata quorum status "
-                    "(kafka-metadata-quorum.sh). trio_broker itself has no KRaft quorum "
-                    "(one node is broker and controller) and does not answer DescribeQuorum: "
-                    "`trio_broker cluster describe` shows its controller.",
+                    "(kafka-metadata-quorum.sh). trio_broker answers DescribeQuorum for its "
+                    "single voter (one node is broker and controller).",
                     "  trio_broker metadata-quorum --bootstrap-server localhost:9092 describe "
                     "--status\n"
                     "  trio_broker metadata-quorum --bootstrap-controller localhost:9093 describe "

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from ...coordinator.consumer_group import HeartbeatRequest, Partitions
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
+from ..features import consumer_protocol_enabled
 from ..registry import api_handler
 from .group_admin import GROUP_AUTHORIZED_OPERATIONS, INT32_MIN
 from .group_common import build, client_host, coordinator, millis, nested, response_class, throttle
@@ -94,6 +95,9 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any
                      error_message=message, member_id=member_id, member_epoch=epoch,
                      heartbeat_interval=datetime.timedelta(milliseconds=interval), assignment=assignment)
 
+    if not consumer_protocol_enabled(ctx.broker.features.state):
+        # Kafka 4.x, before any other check: group.version 0 disables the consumer protocol.
+        return answer(ErrorCode.unsupported_version, "The consumer group protocol is disabled.")
     coord = coordinator(ctx)
     if coord is None:
         return answer(ErrorCode.coordinator_not_available)

@@ -43,7 +43,9 @@ from ._admin import build, error_of, response_module, throttle, unknown_isolatio
 
 FETCH = 1
 MIN_VERSION = 4
-MAX_VERSION = 17
+#: v18 adds the replica's high watermark (a tagged field of a follower's fetch, KIP-1166):
+#: a consumer never sets it, and this single node has no followers, so it is read and ignored.
+MAX_VERSION = 18
 READ_COMMITTED = 1
 #: From this version topics are named by id (KIP-516).
 TOPIC_ID_VERSION = 13
