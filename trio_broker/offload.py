@@ -50,30 +50,82 @@ async def in_worker(limiter: trio.CapacityLimiter | None, fn: Callable[..., T], 
     return result
 
 
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_was_enabled = True
+#: The longest the cyclic collector stays off for requests in hand: past it the collector is
+#: back on at once, whatever is still held (a request kept alive by a reference cycle, or a
+#: stream of huge requests, must not keep it off for good).
+MAX_COLLECTOR_PAUSE_S = 2.0
+
+
+class CollectorPause:
+    """The cyclic garbage collector held off while huge requests are in hand.
+
+    A request of 100,000 partitions builds hundreds of thousands of objects, none in a cycle,
+    all freed by reference counting once it is answered. Each automatic collection they would
+    trigger on the way scans every object of the process in one native call that holds the
+    GIL (50-120 ms each, several in a row as the objects age through the generations), during
+    which the event loop cannot run; and it frees nothing. Held off from the decode until the
+    request is gone, the objects are freed before the collector next looks, and its counters
+    are back where they were. ``hold`` returns a token for ``release``; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holds: dict[int, float] = {}
+        self._next_token = 0
+        self._was_enabled = True
+
+    def hold(self) -> int:
+        with self._lock:
+            now = time.monotonic()
+            self._expire(now)
+            if not self._holds:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            token = self._next_token
+            self._next_token += 1
+            self._holds[token] = now
+            return token
+
+    def release(self, token: int) -> None:
+        with self._lock:
+            if self._holds.pop(token, None) is not None and not self._holds:
+                self._resume()
+
+    def sweep(self) -> None:
+        """End a pause older than :data:`MAX_COLLECTOR_PAUSE_S` (called periodically)."""
+        with self._lock:
+            self._expire(time.monotonic())
+
+    async def keep_sweeping(self, interval: float = MAX_COLLECTOR_PAUSE_S / 4) -> None:
+        """:meth:`sweep` every ``interval`` seconds until cancelled (the broker runs this)."""
+        while True:
+            await trio.sleep(interval)
+            self.sweep()
+
+    @property
+    def holding(self) -> int:
+        return len(self._holds)
+
+    def _expire(self, now: float) -> None:
+        if self._holds and now - min(self._holds.values()) > MAX_COLLECTOR_PAUSE_S:
+            self._holds.clear()  # later releases of these tokens change nothing
+            self._resume()
+
+    def _resume(self) -> None:
+        if self._was_enabled:
+            gc.enable()
+
+
+#: The process's one pause (the collector is process-wide).
+collector_pause = CollectorPause()
 
 
 def without_gc_pauses(fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)`` with the cyclic garbage collector off, for a worker thread that builds
-    hundreds of thousands of objects (a huge request decoded): each automatic collection it
-    would trigger scans every object of the process in one native call that holds the GIL,
-    tens of milliseconds during which the event loop cannot run. Reference counting still
-    frees what it can; the collector is back on when the last such call ends."""
-    global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
+    """``fn(*args)`` with the cyclic collector held off (:class:`CollectorPause`)."""
+    token = collector_pause.hold()
     try:
         return fn(*args)
     finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()
+        collector_pause.release(token)
 
 
 class Steps:

@@ -15,7 +15,7 @@ NETWORK = Path(trio_broker.network.__file__).parent
 LAYERS = ["socket_server", "acceptor", "processor", "connection", "response_writer",
           "request_channel"]
 #: Building blocks any layer may use; they import no other network module.
-LEAVES = {"memory_pool", "mute", "quotas"}
+LEAVES = {"memory_pool", "mute", "quotas", "turns"}
 
 
 def network_imports(path: Path) -> set[str]:

@@ -31,12 +31,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import weakref
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from ..observability.log import bind_connection, emit
-from ..offload import in_worker, without_gc_pauses
+from ..offload import collector_pause, in_worker
 from ..protocol.codec import (
     API_VERSIONS_KEY,
     InvalidRequest,
@@ -48,6 +49,7 @@ from .memory_pool import MemoryPool, UnboundedPool
 from .mute import ChannelMute, MuteEvent, MuteState
 from .request_channel import Request, RequestChannel
 from .response_writer import ResponseServer, ResponseWriter
+from .turns import Turns
 
 if TYPE_CHECKING:
     from ..observability.metrics import AuthenticationMetrics, BrokerMetrics
@@ -358,22 +360,26 @@ class Connection(ResponseWriter):
                 # Pipelining: a throttle began while this frame was being read (KIP-219).
                 await self._wait_until_readable()
             reserved, self._frame_reserved = self._frame_reserved, 0
+            held = -1  # the collector's pause, for a request that builds many objects
             try:
                 if len(frame) < OFF_LOOP_DECODE_BYTES or frame[1] == PRODUCE_KEY and not frame[0]:
                     decoded = decode_request(frame, supported)
                 else:
                     # A large frame's pre-scan walks every entry in Python (and a Metadata
-                    # request's repeated topics are dropped): off the loop (docs/architecture.md).
-                    decoded = await in_worker(None, without_gc_pauses, decode_request, frame,
-                                              supported)
+                    # request's repeated topics are dropped): off the loop; the cyclic
+                    # collector stays off until the request is gone (docs/architecture.md).
+                    held = collector_pause.hold()
+                    decoded = await in_worker(None, decode_request, frame, supported)
             except InvalidRequest:
                 self._server.memory_pool.release(reserved)
+                collector_pause.release(held)
                 raise
             if auth is not None and not auth.admits(decoded.api_key, trio.current_time(),
                                                     decoded.unsupported_version):
                 # Kafka's SaslServerAuthenticator: closed without an answer (ILLEGAL_SASL_STATE
                 # before authentication; an expired session, KIP-368).
                 self._server.memory_pool.release(reserved)
+                collector_pause.release(held)
                 state = "session expired" if auth.authenticated else "not authenticated"
                 if decoded.api_key == API_VERSIONS_KEY and not auth.authenticated:
                     state += " (one ApiVersions before SaslHandshake only)"
@@ -385,6 +391,13 @@ class Connection(ResponseWriter):
                 self._register_client(decoded.body)
             self._last_client_id = decoded.client_id or ""
             request = Request(decoded, self, len(frame), reserved)
+            if held >= 0:
+                weakref.finalize(request, collector_pause.release, held)
+            if decoded.api_key == PRODUCE_KEY and not self._serial:
+                turns = self.info.produce_turns
+                if turns is None:
+                    turns = self.info.produce_turns = Turns()
+                request.turn = turns.issue()
             self._pending.append(request)
             self.requests += 1
             if self._mute is not None:
@@ -401,6 +414,8 @@ class Connection(ResponseWriter):
                 # Never enqueued: nobody else will release its memory or answer it.
                 self._pending.remove(request)
                 self._server.memory_pool.release(reserved)
+                if request.turn >= 0:
+                    self.info.produce_turns.finish(request.turn)  # type: ignore[union-attr]
                 raise
             # A waiting reader's frame keeps its locals: drop the request (and with it the
             # response bytes) so that an idle connection holds none of it.

@@ -127,6 +127,9 @@ class Request:
     end_ns: int = 0
     #: The request line's ``sequence_errors``, when the handler set one (Produce).
     sequence_errors: str = ""
+    #: Its ticket of the connection's ``produce_turns`` (a pipelining connection's Produce);
+    #: -1 for any other request.
+    turn: int = -1
 
     @property
     def connection(self) -> ConnectionInfo:

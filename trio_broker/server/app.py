@@ -31,7 +31,7 @@ from ..network.socket_server import BoundListener, SocketServer, advertised_endp
 from ..observability import log
 from ..observability.log import emit
 from ..observability.metrics import BrokerMetrics
-from ..offload import virtual_time
+from ..offload import collector_pause, virtual_time
 from ..security.listeners import listener_security
 from ..security.scram import ScramStore
 from ..storage.durable import write_durably
@@ -39,6 +39,7 @@ from ..storage.manager import LogManager
 from .authorizer import Authorizer
 from .broker import Broker
 from .client_quotas import ClientQuotas
+from .feature_store import FeatureStore
 from .handler_pool import RequestHandlerPool
 from .metrics_http import serve_metrics
 from .registry import supported_versions
@@ -124,6 +125,8 @@ class BrokerApp:
         dynamic = DynamicBrokerConfigs(config)
         await trio.to_thread.run_sync(dynamic.load)
         config = dynamic.current
+        features = FeatureStore(config.data_dir)  # this start's election is recorded
+        await trio.to_thread.run_sync(features.load)
         log_manager = await trio.to_thread.run_sync(_open_storage, config)
         client_quotas = ClientQuotas(config.data_dir, self.socket_server.quotas, config)
         self.metrics.watch_quotas(client_quotas.managers)
@@ -133,7 +136,8 @@ class BrokerApp:
                         group_coordinator=GroupCoordinator(config, log_manager),
                         client_quotas=client_quotas, topic_metrics=self.metrics.topics,
                         authentication_metrics=self.metrics.authentication,
-                        authorizer=authorizer, scram=self.scram, dynamic_configs=dynamic)
+                        authorizer=authorizer, scram=self.scram, dynamic_configs=dynamic,
+                        features=features)
         self.metrics.watch_fetch_sessions(broker.fetch_sessions)
         self.broker = broker
         self.metrics.watch_transactions(broker.transaction_coordinator)
@@ -176,6 +180,7 @@ class BrokerApp:
                     root.start_soon(self._snapshot_metrics)
                 if not virtual_time():  # under the autojump clock a wake-up is never late
                     root.start_soon(loop.watch_lag)
+                root.start_soon(collector_pause.keep_sweeping)
                 emit("broker_ready",
                      listeners=",".join(f"{b.name}://{b.endpoint.host}:{b.port}"
                                         for b in self.listeners),

@@ -7,12 +7,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from ..protocol.codec import DecodedRequest
 from .acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
+    from ..network.turns import Turns
     from ..security.sasl import SaslAuthenticator
     from .broker import Broker
 
@@ -36,10 +36,9 @@ class ConnectionInfo:
     #: The SASL state of a SASL_PLAINTEXT or SASL_SSL connection (None on other listeners); it
     #: sets ``principal`` when the client authenticates.
     auth: SaslAuthenticator | None = None
-    #: Held by a Produce of this connection while its records are checked in a worker thread,
-    #: so that the connection's later Produce requests (pipelining) append after it, in the
-    #: order they were sent; created by the first such Produce.
-    produce_turn: trio.Lock | None = None
+    #: A pipelining connection's Produce requests take turns in the order they were read
+    #: (created by the first one; a connection with one request in flight needs none).
+    produce_turns: Turns | None = None
 
     @property
     def user(self) -> str:

@@ -80,6 +80,12 @@ class RequestHandlerPool:
 
     def can_handle_inline(self, request: Request) -> bool:
         handler = self._handlers.get(request.decoded.api_key)
+        # A request handled inline never waits for its turn: a handler task holding an
+        # earlier turn may be waiting for this lent turn to come back.
+        if request.turn >= 0:
+            turns = request.connection.produce_turns
+            if turns is None or not turns.is_turn(request.turn):
+                return False
         return self._idle_handlers > self._lent and handler is not None and handler.inline
 
     async def handle_inline(self, request: Request) -> None:
@@ -138,8 +144,13 @@ class RequestHandlerPool:
             while self._lent > self._idle_handlers:
                 await self._lent_lot.park()
             await self.handle(request)
+            # An idle handler keeps no request (nor its decoded body) alive while it waits.
+            del request
 
     async def handle(self, request: Request) -> None:
+        if request.turn >= 0:
+            await self._handle_in_turn(request)
+            return
         request.dequeue_ns = dequeued = time.perf_counter_ns()
         decoded = request.decoded
         connection = request.owner.info
@@ -161,6 +172,18 @@ class RequestHandlerPool:
                 self._fail(request, ctx, exc)
         if interceptor is None:
             self._busy_ns += time.perf_counter_ns() - request.dequeue_ns
+
+    async def _handle_in_turn(self, request: Request) -> None:
+        """A pipelining connection's Produce: handled once its earlier ones are
+        (``network/turns.py``); its turn ends however the handler ends."""
+        turns = request.connection.produce_turns
+        assert turns is not None
+        turn, request.turn = request.turn, -1
+        try:
+            await turns.wait(turn)
+            await self.handle(request)
+        finally:
+            turns.finish(turn)
 
     async def _answer(self, request: Request, ctx: RequestContext,
                       produce: Callable[[], Awaitable[Any]]) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
-import trio
 from kio.schema.errors import ErrorCode
 
 from ...offload import in_worker
@@ -34,7 +34,9 @@ from ._admin import build, error_of, is_internal_topic, response_module, throttl
 
 PRODUCE = 0
 MIN_VERSION = 3
-MAX_VERSION = 12
+MAX_VERSION = 13
+#: From this version topics are named by id (KIP-516), in the request and in the answer.
+TOPIC_ID_VERSION = 13
 
 
 def _append_time(ms: int) -> datetime.datetime | None:
@@ -92,8 +94,6 @@ class _RequestWork:
     inline: WalkBudget = attrs.field(factory=lambda: WalkBudget(INLINE_WALK_BYTES, defer=True))
     #: The request's whole budget, charged by the worker thread (set at the first hand-over).
     total: WalkBudget | None = None
-    #: This request holds its connection's ``produce_turn``.
-    holds_turn: bool = False
 
 
 def _is_heavy(records: bytes) -> bool:
@@ -106,8 +106,8 @@ async def _check_ahead(ctx: RequestContext, topic: str, partition: int, records:
                        work: _RequestWork) -> CheckedRecords | None:
     """The records' CRCs and every record checked before the append: on the event loop while
     the request's inline allowance lasts (None for uncompressed records: the append checks
-    them), then in a worker thread (its connection's later Produce requests wait for this
-    one: ``produce_turn``). Raises the storage error the append would (CORRUPT_MESSAGE,
+    them), then in a worker thread (a pipelining connection's later Produce requests wait
+    for this one: ``network/turns.py``). Raises the storage error the append would (CORRUPT_MESSAGE,
     INVALID_RECORD, MESSAGE_TOO_LARGE)."""
     log = ctx.broker.log_manager.get_partition(topic, partition)
     assert log is not None
@@ -127,13 +127,6 @@ async def _check_ahead(ctx: RequestContext, topic: str, partition: int, records:
                 except Deferred:
                     pass
             work.total = WalkBudget(request_budget(limit, ctx.size))
-        if not work.holds_turn:
-            turn = ctx.connection.produce_turn
-            if turn is None:
-                turn = ctx.connection.produce_turn = trio.Lock()
-            with trio.CancelScope(shield=True):
-                await turn.acquire()
-            work.holds_turn = True
         return await in_worker(ctx.broker.workers, _check_in_thread, records, max_size, limit,
                                work.total)
     except rb.RecordBatchError as exc:
@@ -247,48 +240,40 @@ def _makers(version: int) -> tuple[Any, Any, Any]:
 _MAKERS: dict[int, tuple[Any, Any, Any]] = {}
 
 
-def _partitions_once(topic_data: Any) -> Iterable[tuple[str, Iterable[tuple[int, Any]]]]:
+def _partitions_once(topic_data: Any, by_id: bool = False
+                     ) -> Iterable[tuple[Any, Iterable[tuple[int, Any]]]]:
     """The request's ``(topic, [(partition, data)])``, each partition once. Kafka keys a
     Produce's partitions in a map (``authorizedRequestInfo``): a partition named twice, in one
     topic entry or in two entries of the same topic, is appended once with its last mention's
-    records and answered once; here at its first mention's place."""
+    records and answered once; here at its first mention's place. ``by_id``: topics are named
+    by their ``topic_id`` (v13+)."""
     if len(topic_data) == 1 and len(topic_data[0].partition_data) == 1:
         # The usual request: nothing to merge.
         data = topic_data[0].partition_data[0]
-        return ((topic_data[0].name, ((int(data.index), data),)),)
-    by_topic: dict[str, dict[int, Any]] = {}
+        topic = topic_data[0]
+        return ((topic.topic_id if by_id else topic.name, ((int(data.index), data),)),)
+    by_topic: dict[Any, dict[int, Any]] = {}
     for topic in topic_data:
-        mentions = by_topic.setdefault(topic.name, {})
+        mentions = by_topic.setdefault(topic.topic_id if by_id else topic.name, {})
         for data in topic.partition_data:
             # A dict keeps a key's first place when the value is replaced.
             mentions[int(data.index)] = data
     return ((name, mentions.items()) for name, mentions in by_topic.items())
 
 
-async def _produce_in_turn(ctx: RequestContext, body: Any, turn: trio.Lock) -> Any:
-    """A Produce sent while an earlier one of its connection still has records in a worker
-    thread: it waits for that one, so the connection's appends keep their order."""
-    with trio.CancelScope(shield=True):
-        await turn.acquire()
-    try:
-        return await _produce(ctx, body, _RequestWork(holds_turn=True))
-    finally:
-        turn.release()
+def _topic_name(lm: Any, topic_id: uuid.UUID | None) -> str | None:
+    """The name of the topic with ``topic_id`` (None: no such topic here)."""
+    if lm is None or topic_id is None:
+        return None
+    for name, info in lm.topics.items():
+        if info.topic_id == topic_id:
+            return name
+    return None
 
 
 @api_handler(PRODUCE, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     """Append every partition's records; one result per partition, in request order."""
-    turn = ctx.connection.produce_turn
-    if turn is not None and turn.locked():
-        return await _produce_in_turn(ctx, body, turn)
-    return await _produce(ctx, body, None)
-
-
-async def _produce(ctx: RequestContext, body: Any, work: _RequestWork | None) -> Any:
-    """The request's work. ``work`` is given when the request already holds its connection's
-    turn; one that takes the turn itself (a worker thread checks its records) gives it back
-    once its appends are done."""
     broker = ctx.broker
     lm = broker.log_manager
     acks = int(body.acks)
@@ -298,44 +283,48 @@ async def _produce(ctx: RequestContext, body: Any, work: _RequestWork | None) ->
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     failed = False
     refusals: list[ProducerRefusal] = []
-    # (name, [(index, code, message, base offset, append time, log start)]) per topic.
-    topics: list[tuple[str, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
-    preheld = work is not None
-    try:
-        for name, mentions in _partitions_once(body.topic_data):
-            topic_denied = not id_denied and not ctx.authorize(
-                AclOperation.WRITE, ResourceType.TOPIC, name)
-            info = lm.topics.get(name) if lm is not None else None
-            partitions: list[tuple[int, ErrorCode, str | None, int, int, int]] = []
-            for index, data in mentions:
-                result: tuple[ErrorCode, str | None, int, int, int]
-                if id_denied:
-                    result = (ErrorCode.transactional_id_authorization_failed, None, -1, -1, -1)
-                elif topic_denied:
-                    result = (ErrorCode.topic_authorization_failed, None, -1, -1, -1)
-                elif acks not in (-1, 0, 1):
-                    result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
-                elif lm is None:
-                    result = (ErrorCode.kafka_storage_error, "no storage attached", -1, -1, -1)
-                elif info is None or lm.get_partition(name, index) is None:
-                    result = (ErrorCode.unknown_topic_or_partition,
-                              "This server does not host this topic-partition.", -1, -1, -1)
-                elif is_internal_topic(name, info):
-                    result = (ErrorCode.invalid_topic_exception,
-                              f"Cannot append to internal topic {name}", -1, -1, -1)
-                else:
-                    records = data.records
-                    if work is None and records is not None and _is_heavy(records):
-                        work = _RequestWork()
-                    result = await _append_one(ctx, name, index, records, transactional_id,
-                                               refusals, work)
-                if result[0] is not ErrorCode.none:
-                    failed = True
-                partitions.append((index, *result))
-            topics.append((name, partitions))
-    finally:
-        if work is not None and work.holds_turn and not preheld:
-            ctx.connection.produce_turn.release()  # type: ignore[union-attr]
+    # (name, [(index, code, message, base offset, append time, log start)]) per topic; from
+    # v13 the topic's id in place of its name.
+    topics: list[tuple[Any, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
+    by_id = ctx.api_version >= TOPIC_ID_VERSION
+    # Where the request has its records checked ahead of the append (heavy ones only).
+    work: _RequestWork | None = None
+    for key, mentions in _partitions_once(body.topic_data, by_id):
+        # KafkaApis.handleProduceRequest (v13+): an id it cannot name is UNKNOWN_TOPIC_ID,
+        # before any topic authorization.
+        name = _topic_name(lm, key) if by_id else key
+        topic_denied = not id_denied and name is not None and not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TOPIC, name)
+        info = lm.topics.get(name) if lm is not None and name is not None else None
+        partitions: list[tuple[int, ErrorCode, str | None, int, int, int]] = []
+        for index, data in mentions:
+            result: tuple[ErrorCode, str | None, int, int, int]
+            if id_denied:
+                result = (ErrorCode.transactional_id_authorization_failed, None, -1, -1, -1)
+            elif name is None:
+                result = (ErrorCode.unknown_topic_id, None, -1, -1, -1)
+            elif topic_denied:
+                result = (ErrorCode.topic_authorization_failed, None, -1, -1, -1)
+            elif acks not in (-1, 0, 1):
+                result = (ErrorCode.invalid_required_acks, None, -1, -1, -1)
+            elif lm is None:
+                result = (ErrorCode.kafka_storage_error, "no storage attached", -1, -1, -1)
+            elif info is None or lm.get_partition(name, index) is None:
+                result = (ErrorCode.unknown_topic_or_partition,
+                          "This server does not host this topic-partition.", -1, -1, -1)
+            elif is_internal_topic(name, info):
+                result = (ErrorCode.invalid_topic_exception,
+                          f"Cannot append to internal topic {name}", -1, -1, -1)
+            else:
+                records = data.records
+                if work is None and records is not None and _is_heavy(records):
+                    work = _RequestWork()
+                result = await _append_one(ctx, name, index, records, transactional_id,
+                                           refusals, work)
+            if result[0] is not ErrorCode.none:
+                failed = True
+            partitions.append((index, *result))
+        topics.append((key, partitions))
     if refusals:
         # One field of the request line, never a line per partition (docs/logging.md).
         ctx.sequence_errors = describe_refusals(refusals)
@@ -363,8 +352,8 @@ async def _produce(ctx: RequestContext, body: Any, work: _RequestWork | None) ->
     response_cls, topic_cls, make_partition = _makers(request.api_version)
     return response_cls(
         responses=tuple(
-            topic_cls(name=name, partition_responses=tuple(
+            topic_cls(**{"topic_id" if by_id else "name": key}, partition_responses=tuple(
                 make_partition(index, code, base, _append_time(append_time), start, message)
                 for index, code, message, base, append_time, start in partitions))
-            for name, partitions in topics),
+            for key, partitions in topics),
         throttle_time=throttle(ctx) if throttle_ms else _NO_THROTTLE)
