@@ -14,6 +14,7 @@ switch interval (5 ms), which bounds how long the loop waits for it.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 import time
@@ -65,13 +66,18 @@ class CollectorPause:
     GIL (50-120 ms each, several in a row as the objects age through the generations), during
     which the event loop cannot run; and it frees nothing. Held off from the decode until the
     request is gone, the objects are freed before the collector next looks, and its counters
-    are back where they were. ``hold`` returns a token for ``release``; thread-safe."""
+    are back where they were. ``hold`` returns a token for ``release``; thread-safe.
+
+    Once a pause ends, :meth:`keep_sweeping` also hands the C allocator's free memory back to
+    the system (glibc's ``malloc_trim``): the huge request's buffers and tables were freed, but
+    glibc keeps freed heap pages until told, and the broker's RSS would stay tens of MiB up."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holds: dict[int, float] = {}
         self._next_token = 0
         self._was_enabled = True
+        self._trim_wanted = False
 
     def hold(self) -> int:
         with self._lock:
@@ -96,10 +102,14 @@ class CollectorPause:
             self._expire(time.monotonic())
 
     async def keep_sweeping(self, interval: float = MAX_COLLECTOR_PAUSE_S / 4) -> None:
-        """:meth:`sweep` every ``interval`` seconds until cancelled (the broker runs this)."""
+        """:meth:`sweep` every ``interval`` seconds until cancelled (the broker runs this), and
+        give freed memory back after a pause has ended."""
         while True:
             await trio.sleep(interval)
             self.sweep()
+            if self._trim_wanted and not self._holds:
+                self._trim_wanted = False
+                await in_worker(None, _malloc_trim)
 
     @property
     def holding(self) -> int:
@@ -111,8 +121,26 @@ class CollectorPause:
             self._resume()
 
     def _resume(self) -> None:
+        self._trim_wanted = True
         if self._was_enabled:
             gc.enable()
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim this way
+        return None
+
+
+_TRIM = _load_malloc_trim()
+
+
+def _malloc_trim() -> None:
+    """glibc's ``malloc_trim(0)``: free pages of every malloc arena back to the system (the
+    GIL is released during the call, as ctypes does for every foreign call)."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 #: The process's one pause (the collector is process-wide).

@@ -231,3 +231,4 @@ class OffsetsStore:
                     emit("background_task_failed", task="write_follow_up",
                          error=type(exc).__name__, detail=repr(exc))
             item.done.set(error)
+            del item  # an idle writer keeps no write (nor what its follow-up holds) alive
