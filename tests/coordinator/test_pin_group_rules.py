@@ -242,3 +242,72 @@ def test_a_deleted_topics_offsets_leave_every_group_with_tombstones() -> None:
                if isinstance(w.records, OffsetRecords)}
     assert list(records["a"].removed) == [("t", 0)]
     assert set(records["b"].removed) == {("t", 1)} and records["b"].group_tombstone
+
+
+# ------------------------------------------------------------------------ offset expiry
+def _expire(d: Driver, retention: int, consumer: Any = None) -> int:
+    return int(d.take(d.offsets.expire_offsets(
+        retention, consumer or (lambda *args: None))).reply)
+
+
+def test_a_simple_consumers_offsets_expire_each_from_its_own_commit() -> None:
+    d = Driver()
+    commit(d, {("t", 0): 1})
+    d.now += 500
+    commit(d, {("t", 1): 2})
+    d.now += 499
+    assert _expire(d, 1000) == 0  # the first is 999 ms old
+    d.now += 1
+    assert _expire(d, 1000) == 1  # exactly the retention: expired
+    assert set(d.core.groups["g"].offsets) == {("t", 1)}
+    d.now += 500
+    assert _expire(d, 1000) == 1
+    assert "g" not in d.core.groups  # nothing left: the group goes too
+
+
+def test_an_empty_consumer_groups_offsets_expire_together_from_when_it_emptied() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    member_id = d.stable_group_of_one()
+    generation = d.core.groups["g"].generation_id
+    commit(d, {("t", 0): 1}, generation=generation, member_id=member_id)
+    d.now += 10_000
+    d.take(d.core.leave_group("g", [(member_id, None, None)]))
+    if join_key("g") in d.timers:  # the rebalance the leave started completes with nobody
+        d.fire(join_key("g"))
+    d.flush()
+    assert d.core.groups["g"].state is GroupState.EMPTY
+    d.now += 999
+    assert _expire(d, 1000) == 0  # the commit is older, but the group emptied 999 ms ago
+    d.now += 1
+    assert _expire(d, 1000) == 1
+
+
+def test_a_stable_group_loses_only_offsets_of_topics_it_no_longer_subscribes_to() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    protocols = [("range", subscription("t"))]
+    member_id = d.join(protocols=protocols).reply.member_id  # type: ignore[union-attr]
+    joined = d.join(member_id, protocols=protocols)
+    d.fire(join_key("g"))
+    generation = d.answers[joined.ticket].generation_id  # type: ignore[index]
+    d.sync(member_id, generation, {member_id: b"a"})
+    d.flush()
+    commit(d, {("t", 0): 1, ("u", 0): 2}, generation=generation, member_id=member_id)
+    d.now += 1000
+    assert _expire(d, 1000) == 1
+    assert set(d.core.groups["g"].offsets) == {("t", 0)}
+
+
+def test_a_consumer_protocol_groups_expiry_is_the_consumer_groups_own() -> None:
+    """The KIP-848 groups decide their own expiry: the classic rule is not applied to them."""
+    d = Driver()
+    commit(d, {("t", 0): 1, ("t", 1): 2})
+    d.now += 10_000
+    asked: list[tuple[str, int, int]] = []
+
+    def consumer(group_id: str, offsets: Any, now: int, retention: int) -> Any:
+        asked.append((group_id, now, retention))
+        return [("t", 1)]
+
+    assert _expire(d, 1000, consumer) == 1
+    assert asked == [("g", d.now, 1000)]
+    assert set(d.core.groups["g"].offsets) == {("t", 0)}

@@ -99,3 +99,18 @@ def test_appends_and_markers_move_the_map_end_and_the_producer_clock(tmp_path: P
     manager.update(rb.decode_header(bytes(marker)))
     assert manager.map_end_offset == 3
     assert manager.producers[PID].last_timestamp == 5_000
+
+
+def test_a_snapshot_after_retention_forgot_a_producer_is_written_again(tmp_path: Path
+                                                                        ) -> None:
+    """The newest snapshot holds the forgotten producer: taking one at the same offset must
+    rewrite it, or a restart brings the producer back (and its old sequences with it)."""
+    manager = ProducerStateManager(tmp_path)
+    appended(manager, header(0, 1, base_offset=0))  # offset 0: the map ends at 1
+    manager.write_snapshot()
+    manager.on_log_start_advanced(1)
+    assert PID not in manager.producers
+    manager.write_snapshot()
+    restarted = ProducerStateManager(tmp_path)
+    assert restarted.load_snapshot(max_offset=1, min_offset=1)
+    assert PID not in restarted.producers
