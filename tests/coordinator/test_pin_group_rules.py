@@ -311,3 +311,24 @@ def test_a_consumer_protocol_groups_expiry_is_the_consumer_groups_own() -> None:
     assert _expire(d, 1000, consumer) == 1
     assert asked == [("g", d.now, 1000)]
     assert set(d.core.groups["g"].offsets) == {("t", 0)}
+
+
+def test_delete_groups_writes_a_tombstone_per_offset_and_for_the_group() -> None:
+    """Without them the next load brings the offsets (and the group) back."""
+    d = Driver()
+    commit(d, {("t", 0): 1, ("t", 2): 2, ("u", 0): 3})
+    assert d.offsets.delete_group("nope").reply == E.group_id_not_found
+    deleted = d.take(d.offsets.delete_group("g"))
+    assert deleted.ticket is not None and "g" not in d.core.groups
+    (write,) = d.writes
+    assert isinstance(write.records, OffsetRecords)
+    assert set(write.records.removed) == {("t", 0), ("t", 2), ("u", 0)}
+    assert write.records.group_tombstone and not write.records.committed
+    d.flush()
+    assert d.answers[deleted.ticket] == E.none
+
+
+def test_delete_groups_refuses_a_group_with_members() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    d.stable_group_of_one()
+    assert d.offsets.delete_group("g").reply == E.non_empty_group
