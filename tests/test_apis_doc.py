@@ -34,8 +34,9 @@ KAFKA_39: dict[int, tuple[int, int]] = {
     57: (0, 1), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 1), 68: (0, 0), 69: (0, 0),
     71: (0, 0), 72: (0, 0), 74: (0, 0), 75: (0, 0),
 }
-#: Planned elsewhere: the message formats v0/v1 these versions carry.
-PLANNED = {0: "v0–v2 planned (message formats v0/v1)", 1: "v0–v3 planned (message formats v0/v1)"}
+#: Notes of rows whose versions need more than a schema.
+NOTES = {0: "v0–v2: message formats v0/v1, up-converted",
+         1: "v0–v3: records down-converted to magic 0/1"}
 
 
 def _range(versions: tuple[int, int] | None) -> str:
@@ -56,7 +57,7 @@ def table() -> str:
     rows = [BEGIN, "", "| Key | API | trio_broker | Kafka 3.9 | Kafka 4.x (kio 0.6.5) | Note |",
             "|---:|---|---|---|---|---|"]
     for key in sorted(set(served) | set(KAFKA_39)):
-        note = PLANNED.get(key, "")
+        note = NOTES.get(key, "")
         if key in served and key in KAFKA_39 and served[key][0] > KAFKA_39[key][0] and not note:
             note = "older versions not served"
         elif key not in served:
@@ -76,12 +77,11 @@ def test_docs_table_is_the_generated_one() -> None:
     assert section(DOC.read_text()) == table(), "run: python -m tests.test_apis_doc"
 
 
-def test_every_version_kafka_39_serves_is_served_but_produce_and_fetch() -> None:
-    """The goal of issue 33: no API that Kafka 3.9 serves from a lower version than we do,
-    except Produce and Fetch, whose old message formats are planned separately."""
+def test_every_version_kafka_39_serves_is_served() -> None:
+    """The goal of issue 33: no API that Kafka 3.9 serves from a lower version than we do."""
     served = supported_versions()
     lower = {key: (KAFKA_39[key], versions) for key, versions in served.items()
-             if key in KAFKA_39 and key not in PLANNED and versions[0] > KAFKA_39[key][0]}
+             if key in KAFKA_39 and versions[0] > KAFKA_39[key][0]}
     assert lower == {}
 
 

@@ -45,7 +45,33 @@ SUPPORTED = supported_versions()
 # Kafka 3.9's layout of each old version, from the specs: "name:type", arrays of structs as
 # "name:[" ... "]", "?" marking nullable. Request first, then response.
 _ACL = ["principal:string", "host:string", "operation:int8", "permission_type:int8"]
+_PRODUCE_REQUEST = ["acks:int16", "timeout:timedelta_i32", "topic_data:[", "name:string",
+                    "partition_data:[", "index:int32", "records:records?", "]", "]"]
+_PRODUCE_PARTITION = ["index:int32", "error_code:error_code", "base_offset:int64"]
+_FETCH_TOPICS = ["topics:[", "topic:string", "partitions:[", "partition:int32",
+                 "fetch_offset:int64", "partition_max_bytes:int32", "]", "]"]
+_FETCH_HEAD = ["replica_id:int32", "max_wait:timedelta_i32", "min_bytes:int32"]
+_FETCH_RESPONSES = ["responses:[", "topic:string", "partitions:[", "partition_index:int32",
+                    "error_code:error_code", "high_watermark:int64", "records:records?", "]",
+                    "]"]
 EXPECTED: dict[tuple[int, int], tuple[list[str], list[str]]] = {
+    # ProduceResponse: ThrottleTimeMs ("1+") follows Responses; LogAppendTimeMs is "2+".
+    (0, 0): (_PRODUCE_REQUEST,
+             ["responses:[", "name:string", "partition_responses:[", *_PRODUCE_PARTITION, "]",
+              "]"]),
+    (0, 1): (_PRODUCE_REQUEST,
+             ["responses:[", "name:string", "partition_responses:[", *_PRODUCE_PARTITION, "]",
+              "]", "throttle_time:timedelta_i32"]),
+    (0, 2): (_PRODUCE_REQUEST,
+             ["responses:[", "name:string", "partition_responses:[", *_PRODUCE_PARTITION,
+              "log_append_time:datetime_i64?", "]", "]", "throttle_time:timedelta_i32"]),
+    # FetchRequest: MaxBytes "3+", IsolationLevel "4+"; FetchResponse: ThrottleTimeMs "1+"
+    # first, LastStableOffset and AbortedTransactions "4+".
+    (1, 0): (_FETCH_HEAD + _FETCH_TOPICS, _FETCH_RESPONSES),
+    (1, 1): (_FETCH_HEAD + _FETCH_TOPICS, ["throttle_time:timedelta_i32", *_FETCH_RESPONSES]),
+    (1, 2): (_FETCH_HEAD + _FETCH_TOPICS, ["throttle_time:timedelta_i32", *_FETCH_RESPONSES]),
+    (1, 3): ([*_FETCH_HEAD, "max_bytes:int32", *_FETCH_TOPICS],
+             ["throttle_time:timedelta_i32", *_FETCH_RESPONSES]),
     (2, 0): (["replica_id:int32", "topics:[", "name:string", "partitions:[",
               "partition_index:int32", "timestamp:int64", "max_num_offsets:int32", "]", "]"],
              ["topics:[", "name:string", "partitions:[", "partition_index:int32",
@@ -117,7 +143,7 @@ EXPECTED: dict[tuple[int, int], tuple[list[str], list[str]]] = {
                "partition_index:int32", "partition_size:int64", "offset_lag:int64",
                "is_future_key:bool", "]", "]", "]"]),
 }
-#: The versions kio 0.6.5 lacks that the broker serves (Produce/Fetch v0-v3 are another task).
+#: The versions kio 0.6.5 lacks that the broker serves.
 PAIRS = sorted(EXPECTED)
 IDS = [f"{key}-v{version}" for key, version in PAIRS]
 

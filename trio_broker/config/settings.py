@@ -220,6 +220,11 @@ class BrokerConfig:
     log_message_timestamp_type: str = _str_setting(
         "log.message.timestamp.type", "CreateTime", "CreateTime or LogAppendTime.",
         validator=one_of("CreateTime", "LogAppendTime"), group="Log", dynamic=True)
+    log_message_downconversion_enable: bool = _bool_setting(
+        "log.message.downconversion.enable", True,
+        "Down-convert records for old consumers (Fetch v0-v3); off: those fetches get "
+        "UNSUPPORTED_VERSION. Default of the topic key message.downconversion.enable.",
+        group="Log", dynamic=True)
     log_cleanup_policy: str = _str_setting(
         "log.cleanup.policy", "delete",
         "Default cleanup.policy of topics: delete, compact or compact,delete.",

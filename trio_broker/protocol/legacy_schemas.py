@@ -84,6 +84,22 @@ class Legacy:
 # version as its base; a field whose "versions" excludes the old version is a Drop, a field
 # whose "versions" is only the old range ("0", "1") is an Add.
 LEGACY: Final[tuple[Legacy, ...]] = (
+    # Produce: TransactionalId is "3+" (v0-v2 carry message sets of magic 0/1, or v2 batches);
+    # the response's ThrottleTimeMs is "1+", LogAppendTimeMs "2+".
+    Legacy(0, 0, 3, request=(Drop("transactional_id"),),
+           response=(Drop("throttle_time"),
+                     Drop("responses.partition_responses.log_append_time"))),
+    Legacy(0, 1, 3, request=(Drop("transactional_id"),),
+           response=(Drop("responses.partition_responses.log_append_time"),)),
+    Legacy(0, 2, 3, request=(Drop("transactional_id"),)),
+    # Fetch: MaxBytes is "3+", IsolationLevel "4+"; the response's ThrottleTimeMs is "1+",
+    # LastStableOffset and AbortedTransactions "4+".
+    *(Legacy(1, version, 4,
+             request=((Drop("max_bytes"),) if version < 3 else ()) + (Drop("isolation_level"),),
+             response=((Drop("throttle_time"),) if version == 0 else ()) + (
+                 Drop("responses.partitions.last_stable_offset"),
+                 Drop("responses.partitions.aborted_transactions")))
+      for version in range(4)),
     # ListOffsets: v1 removed MaxNumOffsets and replaced OldStyleOffsets by Timestamp+Offset.
     Legacy(2, 0, 1,
            request=(Add("topics.partitions.max_num_offsets", "timestamp", "int32", default=i32(1)),),

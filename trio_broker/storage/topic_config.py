@@ -96,7 +96,8 @@ _KEYS = [
               "log.cleaner.max.compaction.lag.ms", LONG_MAX, _min(1)),
     _TopicKey("max.message.bytes", "int", "message_max_bytes", "message.max.bytes", 1048588,
               _min(0)),
-    _TopicKey("message.downconversion.enable", "boolean", None, None, True),
+    _TopicKey("message.downconversion.enable", "boolean", "log_message_downconversion_enable",
+              "log.message.downconversion.enable", True),
     _TopicKey("message.timestamp.after.max.ms", "long", None, None, LONG_MAX, _min(0)),
     _TopicKey("message.timestamp.before.max.ms", "long", None, None, LONG_MAX, _min(0)),
     _TopicKey("message.timestamp.difference.max.ms", "long", None, None, LONG_MAX, _min(0)),
@@ -230,6 +231,11 @@ class LogConfig:
     min_cleanable_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
+    #: ``compression.type``: the codec old producers' messages are converted to (``producer``:
+    #: their own).
+    compression: str = "producer"
+    #: ``message.downconversion.enable``: old fetchers (Fetch v0-v3) get converted records.
+    downconversion_enable: bool = True
 
     @classmethod
     def build(cls, config: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:
@@ -266,6 +272,8 @@ class LogConfig:
             min_cleanable_ratio=float(get("min.cleanable.dirty.ratio")),
             min_compaction_lag_ms=get("min.compaction.lag.ms"),
             max_compaction_lag_ms=max_lag,
+            compression=str(get("compression.type")),
+            downconversion_enable=bool(get("message.downconversion.enable")),
         )
 
     def check(self) -> None:

@@ -10,19 +10,33 @@ this handler parses the request into its partitions, reads what the session cont
 incremental fetch: every partition of the session), and answers the partitions the context keeps.
 A parked fetch reads the whole session each time it wakes; the session is updated only when the
 answer is built. From v13 topics are named by id (KIP-516); an unknown id is UNKNOWN_TOPIC_ID.
+
+Fetch v0-v3 (old consumers: no isolation level, no sessions) read message formats v0 (v0/v1) or
+v1 (v2/v3) only: their records are read into memory (no zero-copy) and down-converted as Kafka
+3.9's ``KafkaApis.maybeConvertFetchedData`` and ``LazyDownConversionRecords`` do
+(:func:`...protocol.legacy_records.down_converted_records`), unless the topic's
+``message.downconversion.enable`` is off (UNSUPPORTED_VERSION for its partitions).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from ...offload import Steps
+from ...offload import Steps, in_worker
+from ...protocol import records as rb
 from ...protocol.codec import encoded_size
 from ...protocol.error_response import error_response
+from ...protocol.legacy_records import (
+    MAGIC_V0,
+    MAGIC_V1,
+    LegacyRecordError,
+    down_converted_records,
+)
 from ...storage.log import LEADER_EPOCH
 from ...storage.txn_index import committed_view
 from ..acl import AclOperation, ResourceType
@@ -42,7 +56,21 @@ from ..registry import api_handler
 from ._admin import build, error_of, response_module, throttle, unknown_isolation_level
 
 FETCH = 1
-MIN_VERSION = 4
+#: Kafka 3.9's lowest (KIP-896 removed v0-v3 in Kafka 4).
+MIN_VERSION = 0
+#: Below this version records are down-converted: magic 0 up to v1, magic 1 for v2 and v3.
+V2_RECORDS_VERSION = 4
+MAGIC_V1_VERSION = 2
+#: Up to this version ``partition_max_bytes`` is a hard limit (Kafka's
+#: ``FetchParams.hardMaxBytesLimit``): no first batch larger than it is sent.
+HARD_MAX_BYTES_VERSION = 2
+#: Below this version KAFKA_STORAGE_ERROR is answered as NOT_LEADER_OR_FOLLOWER (Kafka's
+#: ``maybeDownConvertStorageError``).
+STORAGE_ERROR_VERSION = 6
+#: Stored bytes of a response converted on the event loop when none is compressed; more, or any
+#: compressed batch, go to a worker thread. Conversion is Python per record: 74 KiB of 10-byte
+#: records took 31 ms, so 4 KiB stays under 2 ms.
+INLINE_CONVERSION_BYTES = 4 * 1024
 #: v18 adds the replica's high watermark (a tagged field of a follower's fetch, KIP-1166):
 #: a consumer never sets it, and this single node has no followers, so it is read and ignored.
 MAX_VERSION = 18
@@ -149,6 +177,8 @@ async def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
     lm = ctx.broker.log_manager
     remaining = max_bytes
     read_committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
+    old = ctx.api_version < V2_RECORDS_VERSION
+    hard_max_bytes = ctx.api_version <= HARD_MAX_BYTES_VERSION
     total = 0
     errors = False
     # Zero-copy: the records stay in the segment files; the connection sends them with
@@ -183,11 +213,13 @@ async def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
             lso = hw
             # A read_committed fetch past an open transaction is trimmed at the LSO, which
             # needs the bytes; otherwise the records may stay in the files.
-            zero_copy = not (read_committed and log.last_stable_offset < hw)
+            # Old fetchers get converted records: read into memory.
+            zero_copy = not old and not (read_committed and log.last_stable_offset < hw)
             try:
                 result = log.read(part.fetch_offset,
                                   max(0, min(part.partition_max_bytes, remaining)),
-                                  min_one_batch=total == 0, region=zero_copy)
+                                  min_one_batch=total == 0 and not hard_max_bytes,
+                                  region=zero_copy)
             except Exception as exc:  # OFFSET_OUT_OF_RANGE and storage failures
                 code, _ = error_of(exc)
             else:
@@ -205,6 +237,82 @@ async def _read_all(ctx: RequestContext, body: Any, module: Any, max_bytes: int,
             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
             aborted_transactions=aborted, preferred_read_replica=-1, records=records)))
     return read, total, errors
+
+
+def _partition_error(part: Any, code: ErrorCode) -> Any:
+    """Kafka's ``FetchResponse.partitionResponse``: the error, no offsets, no records."""
+    return dataclasses.replace(part, error_code=code, high_watermark=-1, records=b"")
+
+
+def _convert_all(work: list[tuple[int, bytes, int, int, int]]
+                 ) -> list[tuple[int, bytes | ErrorCode]]:
+    """Each ``(place, records, magic, fetch offset, limit)`` down-converted, or the error its
+    partition answers with (UNSUPPORTED_COMPRESSION_TYPE for a zstd batch first). Sans-IO:
+    on the event loop for small uncompressed data, else in a worker thread."""
+    out: list[tuple[int, bytes | ErrorCode]] = []
+    for place, records, magic, offset, limit in work:
+        try:
+            out.append((place, down_converted_records(records, magic, offset, limit=limit)))
+        except LegacyRecordError as exc:
+            out.append((place, ErrorCode[exc.kind] if exc.kind in ErrorCode.__members__
+                        else ErrorCode.corrupt_message))
+        except rb.RecordBatchError:
+            out.append((place, ErrorCode.corrupt_message))
+    return out
+
+
+def _any_compressed(records: bytes) -> bool:
+    view = memoryview(records)
+    return any(view[at + rb.ATTRIBUTES_OFFSET + 1] & rb.COMPRESSION_MASK
+               for at, _ in rb.iter_batches(view))
+
+
+async def _for_old_fetcher(ctx: RequestContext, read: list[tuple[FetchPartition, Any]]
+                           ) -> list[tuple[FetchPartition, Any]]:
+    """``read`` as an old consumer gets it (Kafka's ``maybeConvertFetchedData``, for every
+    partition of a hosted topic): a zstd topic is UNSUPPORTED_COMPRESSION_TYPE (Fetch v10
+    brought zstd), a topic with ``message.downconversion.enable=false`` UNSUPPORTED_VERSION,
+    else the records down-converted to the magic the version reads; before v6 a storage error
+    is NOT_LEADER_OR_FOLLOWER. Conversion is bounded by the response size (``fetch.max.bytes``
+    and the partitions' limits), and runs in a worker thread past
+    :data:`INLINE_CONVERSION_BYTES` or for compressed batches."""
+    version = ctx.api_version
+    lm = ctx.broker.log_manager
+    out = list(read)
+    work: list[tuple[int, bytes, int, int, int]] = []
+    heavy = False
+    magic = MAGIC_V0 if version < MAGIC_V1_VERSION else MAGIC_V1
+    stored = 0
+    for place, (request, part) in enumerate(read):
+        if (version < STORAGE_ERROR_VERSION
+                and part.error_code is ErrorCode.kafka_storage_error):
+            part = dataclasses.replace(part, error_code=ErrorCode.not_leader_or_follower)
+            out[place] = (request, part)
+        log = (lm.get_partition(request.name, request.key.partition)
+               if lm is not None and request.name is not None else None)
+        if log is None or version >= V2_RECORDS_VERSION:
+            continue
+        if log.config.compression == "zstd":
+            out[place] = (request, _partition_error(part, ErrorCode.unsupported_compression_type))
+        elif not log.config.downconversion_enable:
+            out[place] = (request, _partition_error(part, ErrorCode.unsupported_version))
+        else:
+            records = part.records or b""
+            assert isinstance(records, bytes)  # read without zero-copy (_read_all)
+            stored += len(records)
+            heavy = heavy or _any_compressed(records)
+            work.append((place, records, magic, request.fetch_offset, log.decompressed_limit))
+    if not work:
+        return out
+    if heavy or stored > INLINE_CONVERSION_BYTES:
+        converted = await in_worker(ctx.broker.workers, _convert_all, work)
+    else:
+        converted = _convert_all(work)
+    for place, result in converted:
+        request, part = out[place]
+        out[place] = (request, _partition_error(part, result) if isinstance(result, ErrorCode)
+                      else dataclasses.replace(part, records=result))
+    return out
 
 
 def _outcome(part: Any) -> Outcome:
@@ -277,7 +385,9 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     reads = fetch_context.partitions
     # KafkaApis.handleFetchRequest: never more than fetch.max.bytes, whatever the client asks
     # (a client asking for 2 GiB made the broker read a whole segment into one response).
-    max_bytes = min(int(body.max_bytes), ctx.broker.config.fetch_max_bytes)
+    # v0-v2 have no max_bytes (Kafka reads Int.MaxValue).
+    max_bytes = min(int(getattr(body, "max_bytes", 2**31 - 1)),
+                    ctx.broker.config.fetch_max_bytes)
     if quotas is not None:
         # Kafka caps a consumer's fetch at what its quota allows in num - 1 windows: asking for
         # more would be throttled for sure, and the consumer might never make progress.
@@ -301,8 +411,14 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
     _count_requests(ctx, read)
     min_bytes = min(int(body.min_bytes), max_bytes)
     max_wait_s = body.max_wait.total_seconds()
-    if total >= min_bytes or errors or max_wait_s <= 0 or not reads:
+
+    async def finish(read: list[tuple[FetchPartition, Any]]) -> Any:
+        if ctx.api_version < STORAGE_ERROR_VERSION:
+            read = await _for_old_fetcher(ctx, read)
         return respond(read)
+
+    if total >= min_bytes or errors or max_wait_s <= 0 or not reads:
+        return await finish(read)
     lm = ctx.broker.log_manager
     purgatory = ctx.broker.purgatory
     keys = [(p.name, p.key.partition) for p in reads if p.name is not None]
@@ -316,8 +432,8 @@ async def handle_fetch(ctx: RequestContext, body: Any) -> Any:
                 read, got, failed = await _read_all(ctx, body, module, max_bytes, reads,
                                                     denied)
                 if got >= min_bytes or failed:
-                    return respond(read)
-        return respond((await _read_all(ctx, body, module, max_bytes, reads, denied))[0])
+                    return await finish(read)
+        return await finish((await _read_all(ctx, body, module, max_bytes, reads, denied))[0])
 
     return ctx.park(wait)
 

@@ -3,6 +3,12 @@
 acks=0 sends nothing back (Kafka's NoOpResponse) unless a partition failed, in which case the
 connection is closed, as Kafka does, so the client notices. acks=1 and acks=-1 are the same on
 one node: the answer leaves after the append (and after the fsync when the flush policy asks).
+
+Produce v0-v2 (old clients: kafka-python before ``api_version`` 0.11, librdkafka before 0.11)
+carry message sets of magic 0 or 1: each is parsed and up-converted to one v2 batch
+(:mod:`...protocol.legacy_records`, docs/storage.md "Message formats v0 and v1"), then appended
+as a v3+ batch is. Whether a blob is a message set is decided by its first entry's magic, as
+Kafka decides by the data: a v0-v2 request may carry v2 batches too.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import attrs
 from kio.schema.errors import ErrorCode
 
 from ...offload import in_worker
+from ...protocol import compression
 from ...protocol import records as rb
+from ...protocol.legacy_records import LegacyRecordError, first_magic, parse_message_set, up_convert
 from ...protocol.produce_response import DIRECT_VERSIONS, produce_response_frame
 from ...protocol.record_walk import (
     CheckedRecords,
@@ -27,13 +35,19 @@ from ...protocol.record_walk import (
     request_budget,
 )
 from ...storage.errors import BATCH_ERRORS, CorruptMessage, ProducerRefusal
+from ...storage.log import now_ms
+from ...storage.topic_config import LogConfig
 from ..acl import AclOperation, ResourceType
 from ..context import NO_RESPONSE, CloseConnection, EncodedBody, RequestContext
 from ..registry import api_handler
 from ._admin import build, error_of, is_internal_topic, response_module, throttle
 
 PRODUCE = 0
-MIN_VERSION = 3
+#: Kafka 3.9's lowest (KIP-896 removed v0-v2 in Kafka 4).
+MIN_VERSION = 0
+#: Below this version a partition's records may be a message set of magic 0/1 (and the
+#: request has no transactional id).
+V2_BATCHES_VERSION = 3
 MAX_VERSION = 13
 #: From this version topics are named by id (KIP-516), in the request and in the answer.
 TOPIC_ID_VERSION = 13
@@ -45,11 +59,15 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-def _single_batch_problem(records: bytes) -> str | None:
-    """Produce v3+ must carry exactly one batch (Kafka's ``ProduceRequest.validateRecords``)."""
+def _single_batch_problem(records: bytes, legacy: bool = False) -> str | None:
+    """Produce v3+ must carry exactly one batch (Kafka's ``ProduceRequest.validateRecords``);
+    v2 batches in a v0-v2 request too, as ``LogValidator`` checks
+    (``getFirstBatchAndMaybeValidateNoMoreBatches``: one batch from magic 2 on)."""
     if len(records) >= rb.LOG_OVERHEAD:
         _, length = rb.peek_offset_and_length(records)
         if 0 < length + rb.LOG_OVERHEAD < len(records):
+            if legacy:
+                return "Compressed outer record has more than one batch"
             return "Produce requests with version 3 or later must contain exactly one batch"
     return None
 
@@ -138,13 +156,99 @@ def _check_in_thread(records: bytes, max_size: int, limit: int, budget: WalkBudg
     return check_records(records, max_size=max_size, limit=limit, budget=budget)
 
 
+#: ``compression.type`` of a topic as the codec old producers' messages are converted to
+#: (absent, ``producer``: the messages' own codec).
+_TARGET_CODECS = {
+    "uncompressed": compression.COMPRESSION_NONE, "gzip": compression.COMPRESSION_GZIP,
+    "snappy": compression.COMPRESSION_SNAPPY, "lz4": compression.COMPRESSION_LZ4,
+    "zstd": compression.COMPRESSION_ZSTD,
+}
+#: Where a message set's first message keeps its attributes (offset, size, crc, magic).
+_LEGACY_ATTRIBUTES_AT = 17
+#: An uncompressed message set up to this size is converted on the event loop. Parsing and
+#: rebuilding is Python per message: 79 KiB of 10-byte messages took 16 ms, so 8 KiB stays
+#: under 2 ms; anything larger goes to a worker thread.
+LIGHT_MESSAGE_SET_BYTES = 8 * 1024
+
+
+def _is_message_set(records: bytes) -> bool:
+    """A Produce v0-v2 blob that is not v2 batches: Kafka reads the first entry's magic (a
+    blob too short to have one is an empty message set)."""
+    return first_magic(records) != rb.MAGIC
+
+
+def _up_converted(records: bytes, config: LogConfig, limit: int, budget: WalkBudget,
+                  now: int, check: bool) -> tuple[bytes, CheckedRecords | None] | None:
+    """The one v2 batch Kafka's ``LogValidator`` appends for a message set (None: no complete
+    message, nothing to append), and, with ``check``, that batch checked ahead of its append
+    (:func:`check_records`: MESSAGE_TOO_LARGE for a batch conversion made too large, as
+    Kafka's re-validation of sizes after a conversion). Raises :class:`LegacyRecordError`.
+    Sans-IO and bounded by ``budget``: runs on the event loop for light sets, else in a worker."""
+    message_set = parse_message_set(records, budget=budget, limit=limit,
+                                    max_size=config.max_message_bytes)
+    batch = up_convert(
+        message_set, log_append_time=now if config.log_append_time else None,
+        target_codec=_TARGET_CODECS.get(config.compression), now_ms=now,
+        timestamp_before_max_ms=config.timestamp_before_max_ms,
+        timestamp_after_max_ms=config.timestamp_after_max_ms, compacted=config.compact)
+    if batch is None:
+        return None
+    checked = None
+    if check:
+        checked = check_records(batch, max_size=config.max_message_bytes, limit=limit,
+                                budget=WalkBudget(request_budget(limit, len(batch))))
+    return batch, checked
+
+
+async def _convert_message_set(ctx: RequestContext, topic: str, partition: int,
+                               records: bytes, work: _RequestWork
+                               ) -> tuple[bytes, CheckedRecords | None] | None:
+    """A Produce v0-v2 message set as the v2 batch to append. An uncompressed set within the
+    request's inline allowance (and :data:`LIGHT_MESSAGE_SET_BYTES`) is converted on the event
+    loop (its cost is its size); anything else in a worker thread, under the request's
+    decompression budget, with the converted batch checked there too so that the append
+    walks nothing on the loop. Raises the storage error the append would."""
+    log = ctx.broker.log_manager.get_partition(topic, partition)
+    assert log is not None
+    config, limit = log.config, log.decompressed_limit
+    size = len(records)
+    compressed = (size > _LEGACY_ATTRIBUTES_AT
+                  and records[_LEGACY_ATTRIBUTES_AT] & rb.COMPRESSION_MASK != 0)
+    try:
+        if (not compressed and size <= LIGHT_MESSAGE_SET_BYTES and work.total is None
+                and work.inline.remaining >= size):
+            work.inline.remaining -= size
+            # Uncompressed: nothing is inflated (a later compressed entry is refused before).
+            return _up_converted(records, config, limit, WalkBudget(limit), now_ms(), False)
+        if work.total is None:
+            work.total = WalkBudget(request_budget(limit, ctx.size))
+        return await in_worker(ctx.broker.workers, _up_converted, records, config, limit,
+                               work.total, now_ms(), True)
+    except LegacyRecordError as exc:
+        raise _LegacyRefusal(exc.kind, exc.message) from None
+    except rb.RecordBatchError as exc:
+        raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+
+
+class _LegacyRefusal(Exception):
+    """A message set refused: ``error_code`` is the Kafka error its ``kind`` names (the
+    storage errors do not have all of them: INVALID_TIMESTAMP, UNSUPPORTED_COMPRESSION_TYPE)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.error_code = ErrorCode[kind]
+        self.message = message
+
+
 async def _append_one(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
                       transactional_id: str | None, refusals: list[ProducerRefusal],
-                      work: _RequestWork | None) -> tuple[ErrorCode, str | None, int, int, int]:
+                      work: _RequestWork | None, legacy: bool = False
+                      ) -> tuple[ErrorCode, str | None, int, int, int]:
     """``(error, message, base_offset, log_append_time, log_start_offset)``; counts the topic's
     BrokerTopicMetrics (TotalProduceRequests, BytesIn, MessagesIn, FailedProduceRequests) as
     Kafka's ``appendToLocalLog`` does, for the topic and all topics. A batch the producer
-    state refuses adds its :class:`ProducerRefusal` to ``refusals``."""
+    state refuses adds its :class:`ProducerRefusal` to ``refusals``. ``legacy``: a v0-v2
+    request, whose records may be a message set (converted first) or a v2 batch."""
     broker = ctx.broker
     stats = broker.topic_metrics
     counts, every = stats.topic(topic), stats.all_topics
@@ -156,7 +260,8 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
     message: str | None
     if records is None:
         code, message = ErrorCode.invalid_record, "Produce request without records"
-    elif (message := _single_batch_problem(records)) is not None:
+    elif not (legacy and _is_message_set(records)) and (
+            message := _single_batch_problem(records, legacy)) is not None:
         code = ErrorCode.invalid_record
     else:
         code = ErrorCode.none
@@ -168,9 +273,19 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
                     partition)
         if code is ErrorCode.none:
             try:
-                checked = (await _check_ahead(ctx, topic, partition, records, work)
-                           if work is not None and _is_heavy(records) else None)
-                result = await broker.log_manager.append(topic, partition, records,
+                batch = records
+                if legacy and _is_message_set(records):
+                    assert work is not None
+                    converted = await _convert_message_set(ctx, topic, partition, records, work)
+                    if converted is None:
+                        # No complete message: Kafka appends nothing and answers success
+                        # with its unknown append info (offsets -1).
+                        return ErrorCode.none, None, -1, -1, -1
+                    batch, checked = converted
+                else:
+                    checked = (await _check_ahead(ctx, topic, partition, records, work)
+                               if work is not None and _is_heavy(records) else None)
+                result = await broker.log_manager.append(topic, partition, batch,
                                                          checked=checked)
             except Exception as exc:  # StorageError carries the code; anything else: a server error
                 code, message = error_of(exc)
@@ -277,7 +392,10 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     broker = ctx.broker
     lm = broker.log_manager
     acks = int(body.acks)
-    transactional_id = body.transactional_id
+    legacy = ctx.api_version < V2_BATCHES_VERSION
+    # v0-v2 have no transactional id (nor producer ids: old clients are neither idempotent
+    # nor transactional).
+    transactional_id = None if legacy else body.transactional_id
     # KafkaApis.handleProduceRequest: WRITE on the transactional id, then on each topic.
     id_denied = transactional_id is not None and not ctx.authorize(
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
@@ -317,10 +435,10 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                           f"Cannot append to internal topic {name}", -1, -1, -1)
             else:
                 records = data.records
-                if work is None and records is not None and _is_heavy(records):
+                if work is None and records is not None and (legacy or _is_heavy(records)):
                     work = _RequestWork()
                 result = await _append_one(ctx, name, index, records, transactional_id,
-                                           refusals, work)
+                                           refusals, work, legacy)
             if result[0] is not ErrorCode.none:
                 failed = True
             partitions.append((index, *result))
@@ -350,6 +468,14 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
                                    base, append_time, start),
             "NONE" if code is ErrorCode.none else code.name.upper(), framed=True)
     response_cls, topic_cls, make_partition = _makers(request.api_version)
+    if legacy:
+        # v0 has no throttle time, v0/v1 no log append time (build keeps what the version has).
+        return build(response_cls, responses=tuple(
+            topic_cls(name=key, partition_responses=tuple(
+                make_partition(index, code, base, _append_time(append_time), start, message)
+                for index, code, message, base, append_time, start in partitions))
+            for key, partitions in topics),
+            throttle_time=throttle(ctx) if throttle_ms else _NO_THROTTLE)
     return response_cls(
         responses=tuple(
             topic_cls(**{"topic_id" if by_id else "name": key}, partition_responses=tuple(
