@@ -45,15 +45,18 @@ from ..protocol.codec import (
     valid_client_software,
 )
 from ..protocol.framing import FrameDecoder, InvalidFrameSize
+from ..security.raw_sasl import serve_raw_token
+from ..security.sasl import loggable_principal
 from .memory_pool import MemoryPool, UnboundedPool
 from .mute import ChannelMute, MuteEvent, MuteState
 from .request_channel import Request, RequestChannel
-from .response_writer import ResponseServer, ResponseWriter
+from .response_writer import ResponseServer, ResponseWriter, _Close
 from .turns import Turns
 
 if TYPE_CHECKING:
     from ..observability.metrics import AuthenticationMetrics, BrokerMetrics
     from ..security.listeners import ListenerSecurity
+    from ..security.sasl import SaslAuthenticator
     from ..server.context import ConnectionInfo
 
 RECEIVE_BYTES = 256 * 1024
@@ -359,6 +362,12 @@ class Connection(ResponseWriter):
             if self._throttle_deadline and self._throttle_deadline > trio.current_time():
                 # Pipelining: a throttle began while this frame was being read (KIP-219).
                 await self._wait_until_readable()
+            if auth is not None and auth.expects_raw_token:
+                # After SaslHandshake v0 a frame is a bare SASL token, not a request.
+                closed = await self._raw_sasl_token(auth, frame)
+                if closed is not None:
+                    return closed
+                continue
             reserved, self._frame_reserved = self._frame_reserved, 0
             held = -1  # the collector's pause, for a request that builds many objects
             try:
@@ -431,6 +440,36 @@ class Connection(ResponseWriter):
                     return self._write_failure
                 if self._stop_reading:
                     return "shutdown", ""
+
+    async def _raw_sasl_token(self, auth: SaslAuthenticator, token: bytes
+                              ) -> tuple[str, str] | None:
+        """Serve a bare SASL token (Kafka's ``handleSaslToken`` without headers; sans-IO part:
+        :mod:`~trio_broker.security.raw_sasl`). None: read on; else why to close."""
+        reserved, self._frame_reserved = self._frame_reserved, 0
+        self._server.memory_pool.release(reserved)
+        outcome = serve_raw_token(auth, token, trio.current_time())
+        metrics = self._server.metrics.authentication
+        failed = outcome.failure
+        if failed is not None:
+            metrics.failed(self.info.listener)
+            emit("authentication_failed", mechanism=auth.mechanism,
+                 principal=loggable_principal(failed.principal),
+                 error="SASL_AUTHENTICATION_FAILED", detail=failed.message)
+            # No error response exists for a bare token: Kafka closes after the delay.
+            await trio.sleep(self._server.config.connection_failed_authentication_delay_ms / 1000)
+            return "authentication_failed", failed.message
+        if outcome.reply is not None:
+            try:
+                await self._send(outcome.reply)
+            except _Close as close:
+                return close.reason, close.detail
+            self._touch()
+        if outcome.complete:
+            self.info.principal = auth.principal
+            metrics.succeeded(self.info.listener, reauthentication=False)
+            emit("authentication_succeeded", mechanism=auth.mechanism, principal=auth.principal,
+                 reauthentication=False)
+        return None
 
     def _may_read_now(self) -> bool:
         """The usual case of :meth:`_wait_until_readable` without a coroutine: nothing to wait

@@ -154,6 +154,10 @@ class SaslAuthenticator:
         self._scram_server: scramp.ScramServer | None = None
         self._scram_user = ""
         self._api_versions_answered = False
+        #: The exchange began with SaslHandshake v0: the tokens come without Kafka headers
+        #: (Kafka's ``enableKafkaSaslAuthenticateHeaders`` false), and the session can never be
+        #: re-authenticated (KIP-368 needs SaslAuthenticate v1).
+        self.raw_tokens = False
 
     @property
     def authenticated(self) -> bool:
@@ -177,14 +181,32 @@ class SaslAuthenticator:
             return True
         return api_key in PRE_AUTHENTICATION_APIS
 
-    def handshake(self, mechanism: str) -> bool:
-        """A SaslHandshake: True when the mechanism is enabled (the exchange starts)."""
+    @property
+    def expects_raw_token(self) -> bool:
+        """The next frame is a bare SASL token, not a request (after SaslHandshake v0)."""
+        return self.raw_tokens and self.state is State.AUTHENTICATE
+
+    @property
+    def reauthenticable(self) -> bool:
+        """Whether a SaslHandshake after authentication starts a re-authentication: only with
+        ``connections.max.reauth.ms`` set and a session opened with SaslHandshake v1 (Kafka
+        gives a v0 session no expiry and answers its later handshakes ILLEGAL_SASL_STATE)."""
+        return self.reauth_ms > 0 and not self.raw_tokens
+
+    def handshake(self, mechanism: str, *, raw_tokens: bool = False) -> bool:
+        """A SaslHandshake: True when the mechanism is enabled (the exchange starts).
+
+        ``raw_tokens``: the handshake was v0, so the tokens that follow come without Kafka
+        headers. A re-authentication keeps the framing its session began with (Kafka switches
+        to headers on v1 and never back)."""
         if self.state is State.COMPLETE:
             if mechanism != self.mechanism:
                 return False
             self.reauthenticating = True
         if mechanism not in self.mechanisms:
             return False
+        if self.state is State.HANDSHAKE:
+            self.raw_tokens = raw_tokens
         self.mechanism = mechanism
         self.state = State.AUTHENTICATE
         return True
@@ -212,7 +234,8 @@ class SaslAuthenticator:
         self.principal = principal
         self.state = State.COMPLETE
         self.reauthenticating = False
-        self.session_expires_at = now + self.reauth_ms / 1000 if self.reauth_ms > 0 else None
+        self.session_expires_at = (now + self.reauth_ms / 1000 if self.reauthenticable
+                                   else None)
         return True, response
 
     def _plain_step(self, token: bytes) -> str:
@@ -292,6 +315,21 @@ class SaslAuthenticator:
 
     def _principal_tried(self) -> str:
         return f"User:{self._scram_user}" if self._scram_user else ""
+
+
+#: The longest claimed principal an ``authentication_failed`` line carries whole. The name
+#: comes from a peer that has not authenticated (up to ``sasl.server.max.receive.size``): a
+#: line of that size per attempt would let one client fill the broker's log.
+MAX_LOGGED_PRINCIPAL = 256
+
+
+def loggable_principal(principal: str) -> str:
+    """``principal`` for the log: cut to :data:`MAX_LOGGED_PRINCIPAL` characters, saying how
+    many more there were."""
+    if len(principal) <= MAX_LOGGED_PRINCIPAL:
+        return principal
+    return (f"{principal[:MAX_LOGGED_PRINCIPAL]}... "
+            f"({len(principal) - MAX_LOGGED_PRINCIPAL} more characters)")
 
 
 def _claimed_user(client_first: str) -> str | None:

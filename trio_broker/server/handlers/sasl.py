@@ -6,6 +6,8 @@ per connection of a SASL listener (``ConnectionInfo.auth``); the connection's re
 everything but ApiVersions and these two APIs until it is authenticated. A failed authentication
 is answered with SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms``
 (a parked wait in the purgatory: no handler task is held), then the connection closes.
+After a SaslHandshake v0 the tokens come bare, without Kafka headers: the connection's reader
+serves them (:mod:`trio_broker.security.raw_sasl`), no handler sees them.
 
 With ACLs on, DescribeUserScramCredentials needs DESCRIBE and AlterUserScramCredentials ALTER
 on the cluster (KafkaApis), else CLUSTER_AUTHORIZATION_FAILED for the whole request.
@@ -20,7 +22,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from ...observability.log import emit
-from ...security.sasl import AuthenticationFailed, State
+from ...security.sasl import AuthenticationFailed, State, loggable_principal
 from ...security.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_TYPE,
@@ -41,21 +43,6 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
-#: The longest claimed principal an ``authentication_failed`` line carries whole. The name
-#: comes from a peer that has not authenticated (up to ``sasl.server.max.receive.size``): a
-#: line of that size per attempt would let one client fill the broker's log.
-MAX_LOGGED_PRINCIPAL = 256
-
-
-def loggable_principal(principal: str) -> str:
-    """``principal`` for the log: cut to :data:`MAX_LOGGED_PRINCIPAL` characters, saying how
-    many more there were."""
-    if len(principal) <= MAX_LOGGED_PRINCIPAL:
-        return principal
-    return (f"{principal[:MAX_LOGGED_PRINCIPAL]}... "
-            f"({len(principal) - MAX_LOGGED_PRINCIPAL} more characters)")
-
-
 @api_handler(SASL_HANDSHAKE, 0, 1, control_plane=True)
 async def handle_sasl_handshake(ctx: RequestContext, body: Any) -> Any:
     module = response_module(SASL_HANDSHAKE, ctx.api_version)
@@ -68,10 +55,11 @@ async def handle_sasl_handshake(ctx: RequestContext, body: Any) -> Any:
     if auth.state not in (State.HANDSHAKE, State.COMPLETE):
         ctx.broker.authentication_metrics.failed(ctx.connection.listener)
         raise CloseConnection("illegal_sasl_state")
-    if auth.state is State.COMPLETE and auth.reauth_ms <= 0:
+    if auth.state is State.COMPLETE and not auth.reauthenticable:
         return module.SaslHandshakeResponse(error_code=ErrorCode.illegal_sasl_state,
                                             mechanisms=enabled)
-    if not auth.handshake(body.mechanism):
+    # v0: the tokens that follow are bare, the connection's reader serves them (raw_sasl).
+    if not auth.handshake(body.mechanism, raw_tokens=ctx.api_version == 0):
         # Kafka sends UNSUPPORTED_SASL_MECHANISM with the enabled list, then closes (and
         # counts a failed authentication: UnsupportedSaslMechanismException).
         ctx.broker.authentication_metrics.failed(ctx.connection.listener)
