@@ -36,6 +36,8 @@ BENCHMARKS = {
     "startup": True,
     "plugin_fixture": True,  # the pytest plugin's broker fixtures: set-up + tear-down per test
     "idle_memory": True,
+    # issue 35: 10,000 connections in a burst, held idle; RSS each, fresh-connection latency
+    "many_connections": True,
     "small_requests": True,
     "throughput": True,
     "stall": True,  # 20 rounds of bulk + one-record produce: no connection may stall

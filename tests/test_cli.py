@@ -187,6 +187,70 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one(broker_process: Any)
     assert (event["before"], event["limit"]) == (300, hard)
 
 
+def _capacity(limit: int, **settings: str) -> Any:
+    from trio_broker.cli import connection_capacity
+    from trio_broker.config import load_config
+
+    config = load_config({"listeners": "PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0",
+                          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT",
+                          **settings})
+    return connection_capacity(config, limit)
+
+
+def test_connection_capacity_against_the_open_file_limit() -> None:
+    """The start-up rule (docs/decisions.md, "10,000 connections"): a ``max.connections`` the
+    open-file limit cannot hold is short; Kafka's default (no cap) never is, whatever the
+    limit: the operating system is then the only limit, as for Kafka."""
+    from trio_broker.cli import BASE_FILE_DESCRIPTORS
+    from trio_broker.config import INT_MAX
+
+    unlimited = _capacity(1024)
+    assert unlimited.max_connections == INT_MAX
+    assert unlimited.connections_possible == 1024 - BASE_FILE_DESCRIPTORS
+    assert not unlimited.short
+    assert _capacity(1024, **{"max.connections": "5000"}).short
+    fits = _capacity(20_000, **{"max.connections": "10000"})
+    assert not fits.short and fits.connections_possible == 20_000 - BASE_FILE_DESCRIPTORS
+    edge = 1024 - BASE_FILE_DESCRIPTORS
+    assert not _capacity(1024, **{"max.connections": str(edge)}).short
+    assert _capacity(1024, **{"max.connections": str(edge + 1)}).short
+    # Listener caps count when every listener has one: their sum is the broker's cap...
+    both = _capacity(1024, **{"listener.name.plaintext.max.connections": "600",
+                              "listener.name.other.max.connections": "600"})
+    assert (both.max_connections, both.short) == (1200, True)
+    # ...not when one listener is unlimited.
+    one = _capacity(1024, **{"listener.name.plaintext.max.connections": "5000"})
+    assert (one.max_connections, one.short) == (INT_MAX, False)
+    # No limit at all (RLIM_INFINITY) holds any cap.
+    assert not _capacity(resource.RLIM_INFINITY, **{"max.connections": "1000000"}).short
+
+
+def test_the_open_file_limit_is_logged_and_a_short_one_warned_about(broker_process: Any) -> None:
+    """``trio_broker run`` logs its open-file limit and cap; with ``max.connections`` above
+    what the limit holds it warns (event and stderr) and starts all the same."""
+    import signal
+
+    process = broker_process({"max.connections": "5000"},
+                             limits={resource.RLIMIT_NOFILE: (1024, 1024)})
+    assert process.process is not None and process.process.stderr is not None
+    process.process.send_signal(signal.SIGTERM)
+    assert process.process.wait(30) == 0
+    stderr = process.process.stderr.read().decode()
+    fields = {"limit": 1024, "max_connections": 5000, "connections_possible": 960}
+    (logged,) = process.events("open_file_limit")
+    assert {key: logged[key] for key in fields} == fields
+    (warned,) = process.events("open_file_limit_short")
+    assert warned["level"] == "warning"
+    assert {key: warned[key] for key in fields} == fields
+    assert "max.connections is 5000 but the open-file limit (1024)" in stderr
+    # Kafka's default cap: logged, nothing to warn about.
+    default = broker_process(limits={resource.RLIMIT_NOFILE: (1024, 1024)})
+    assert default.stop() == 0
+    (logged,) = default.events("open_file_limit")
+    assert logged["max_connections"] == 2**31 - 1 and logged["limit"] == 1024
+    assert default.events("open_file_limit_short") == []
+
+
 def test_a_broker_short_of_file_descriptors_refuses_partitions_and_restarts(
         broker_process: Any) -> None:
     """The request that once left a broker unable to start again: more new partitions than

@@ -21,6 +21,7 @@ import trio
 from . import __version__
 from .command import INTERRUPTED
 from .config import (
+    INT_MAX,
     BrokerConfig,
     ConfigError,
     config_reference_markdown,
@@ -200,6 +201,68 @@ def raise_open_file_limit() -> tuple[int, int]:
     return soft, soft
 
 
+#: Descriptors the broker holds besides its connections, before any partition is opened: the
+#: listening sockets, the event loop's epoll and wake-up pipe, the log file, the data
+#: directory's lock, standard streams (11 on a fresh broker; the rest is margin).
+BASE_FILE_DESCRIPTORS = 64
+
+
+@attrs.frozen
+class ConnectionCapacity:
+    """How many connections the open-file limit leaves room for, beside the configured cap.
+
+    Every connection holds one descriptor (its socket). ``max_connections`` is the broker's
+    effective cap: ``max.connections``, or the sum of every listener's
+    ``listener.name.<l>.max.connections`` when all of them are set and smaller; INT_MAX (the
+    default) means none, and the operating system's limit is the only one, as in Kafka.
+    """
+
+    open_file_limit: int
+    max_connections: int
+
+    @property
+    def connections_possible(self) -> int:
+        """Connections that fit under the limit (before partitions take their descriptors);
+        INT_MAX without a limit."""
+        if self.open_file_limit < 0:  # RLIM_INFINITY
+            return INT_MAX
+        return max(0, self.open_file_limit - BASE_FILE_DESCRIPTORS)
+
+    @property
+    def short(self) -> bool:
+        """A configured cap the limit cannot honour: accepts would fail (EMFILE) before the
+        cap is reached. An unlimited cap is not short: it is the operator's choice to let the
+        operating system decide, which is Kafka's default."""
+        return self.max_connections < INT_MAX and self.max_connections > self.connections_possible
+
+
+def connection_capacity(config: BrokerConfig, open_file_limit: int) -> ConnectionCapacity:
+    """The broker's connection cap set against ``open_file_limit`` (the soft RLIMIT_NOFILE)."""
+    per_listener = sum(config.listener_setting(endpoint.listener_name, "max.connections")
+                       for endpoint in config.endpoints)
+    return ConnectionCapacity(open_file_limit, min(config.max_connections, per_listener))
+
+
+def check_connection_capacity(config: BrokerConfig, open_file_limit: int) -> ConnectionCapacity:
+    """Log the open-file limit at start-up; warn (event and a line on stderr) when it is too
+    low for the configured ``max.connections``. The broker starts either way: Kafka makes no
+    such check, a ``server.properties`` written for a production host must still start on a
+    laptop, and the acceptor survives running out (it waits and retries, docs/decisions.md)."""
+    from .observability.log import emit
+
+    capacity = connection_capacity(config, open_file_limit)
+    fields = {"limit": open_file_limit, "max_connections": capacity.max_connections,
+              "connections_possible": capacity.connections_possible}
+    emit("open_file_limit", **fields)
+    if capacity.short:
+        emit("open_file_limit_short", **fields)
+        print(f"trio_broker: warning: max.connections is {capacity.max_connections} but the "
+              f"open-file limit ({open_file_limit}) leaves room for about "
+              f"{capacity.connections_possible} connections; raise it (ulimit -n, systemd's "
+              f"LimitNOFILE) or lower max.connections", file=sys.stderr)
+    return capacity
+
+
 def _only_error(exc: BaseException) -> BaseException:
     """The exception inside Trio's single-member exception groups (a start-up failure of the
     broker's task arrives wrapped by each nursery it passed)."""
@@ -259,6 +322,7 @@ def run_broker(config: BrokerConfig) -> int:
         return 2
     if files_now != files_before:
         emit("open_file_limit_raised", before=files_before, limit=files_now)
+    check_connection_capacity(config, files_now)
 
     async def serve() -> None:
         app = BrokerApp(config)

@@ -601,6 +601,46 @@ async def test_listen_backlog(start_broker: Any) -> None:
     await waiting[1].receive()
 
 
+async def test_the_acceptor_empties_kafkas_listen_queue_in_one_turn(start_broker: Any) -> None:
+    """A burst: 50 connections waiting in a listen queue of Kafka's default size are all
+    accepted in one step of the acceptor task (it takes up to what its processors' queues
+    hold, 3 x 20), before the processors and connection tasks run: taking 8 a turn, a burst of
+    10,000 kept the queue full while the kernel dropped handshakes (docs/decisions.md,
+    "10,000 connections")."""
+    running = await start_broker({"socket.listen.backlog.size": "50"})
+    quotas = running.app.socket_server.quotas
+    steps: list[int] = []
+
+    class AcceptsPerStep(trio.abc.Instrument):
+        before = 0
+
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            if task.name.startswith("acceptor"):
+                self.before = quotas.total
+
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            if task.name.startswith("acceptor"):
+                steps.append(quotas.total - self.before)
+
+    instrument = AcceptsPerStep()
+    clients = []
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        # Blocking connects, no checkpoint between them: the kernel completes each handshake
+        # and queues it; the broker's tasks cannot run until this task yields.
+        for _ in range(50):
+            client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            clients.append(client)
+            client.connect(("127.0.0.1", running.port))
+        assert listen_queue(running.port) == (50, 50)
+        await wait_for(lambda: quotas.total == 50)
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
+        for client in clients:
+            client.close()
+    assert max(steps) == 50, steps
+
+
 def listen_queue(port: int) -> tuple[int, int]:
     """``(connections waiting to be accepted, backlog)`` of the IPv4 TCP listener on ``port``, as
     the kernel reports them over sock_diag netlink (what ``ss -ltn`` shows as Recv-Q/Send-Q)."""

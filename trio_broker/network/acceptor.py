@@ -58,8 +58,9 @@ class AcceptorServer(ProcessorServer, Protocol):
     its processors use (configuration, quotas, metrics, early-close bookkeeping)."""
 
 
-#: Connections accepted in a row before the acceptor lets other tasks run (trio's own accept
-#: yields after every one; the processors' queues hold queued.max.connections, default 20).
+#: Connections accepted in a row before the acceptor lets other tasks run, at least (trio's own
+#: accept yields after every one). An acceptor takes up to what its processors' queues hold
+#: (``queued.max.connections`` each) in one turn: see :attr:`Acceptor.accept_burst`.
 ACCEPT_BURST = 8
 
 
@@ -68,7 +69,7 @@ class Acceptor:
 
     It calls the listening socket's own non-blocking ``accept`` and waits with
     ``wait_readable`` only when nothing is pending, yielding once every
-    :data:`ACCEPT_BURST` connections: trio's ``accept`` wrapper costs a scheduler pass per
+    :attr:`accept_burst` connections: trio's ``accept`` wrapper costs a scheduler pass per
     connection on top (part of Kafka's connection set-up rate, issue 11).
     """
 
@@ -82,6 +83,13 @@ class Acceptor:
         self.processors = processors
         self._next = 0
         self.cancel_scope = trio.CancelScope()
+        self.accept_burst = max(ACCEPT_BURST,
+                                len(processors) * server.config.queued_max_connections)
+        """Connections accepted in one turn of the event loop: as many as the processors'
+        queues hold (60 with Kafka's 3 network threads and 20 each). A listen queue of
+        Kafka's default 50 is emptied in one turn; taking 8 a turn, a burst of 10,000
+        connects kept it full while the kernel dropped handshakes, and 31-968 of them were
+        not answered within 10 s (0-518 with 60; docs/decisions.md "10,000 connections")."""
 
     @property
     def port(self) -> int:
@@ -100,13 +108,14 @@ class Acceptor:
     async def _accept_loop(self, throttled_sockets: trio.Nursery) -> None:
         quotas = self.server.quotas
         listening = self._listening
+        accept_burst = self.accept_burst
         burst = 0
         while True:
             waited_since = trio.current_time()
             reason = await quotas.wait_for_slot(self.listener)
             if reason is not None:
                 self._blocked(reason, waited_since)
-            if burst >= ACCEPT_BURST:
+            if burst >= accept_burst:
                 # Before accept, never after: a socket accepted is never held across a
                 # checkpoint, where a cancellation would lose it.
                 burst = 0

@@ -119,6 +119,14 @@ _EVENT_LIST = [
     _spec("open_file_limit_raised",
           "`trio_broker run` raised its soft limit on open files to the hard limit.",
           {"before": LONG, "limit": LONG}),
+    _spec("open_file_limit",
+          "`trio_broker run`'s limit on open files at start-up, its connection cap "
+          "(2147483647: none) and the connections the limit leaves room for.",
+          {"limit": LONG, "max_connections": LONG, "connections_possible": LONG}),
+    _spec("open_file_limit_short",
+          "The limit on open files is lower than `max.connections` needs; the broker starts "
+          "anyway (accepts wait while no descriptor is free).",
+          {"limit": LONG, "max_connections": LONG, "connections_possible": LONG}, "warning"),
     _spec("config_key_ignored", "A configuration key was given that has no effect here.",
           {"key": STRING, "reason": STRING}, "warning"),
     _spec("listener_bound", "A listener's socket is bound and listening.",
