@@ -9,7 +9,7 @@ import subprocess
 
 import nox
 
-# preflight first: a machine without kcat, Chromium or Java 17 stops in seconds, not at the end.
+# preflight first: a machine without kcat, Go, Chromium or Java 17 stops in seconds, not at the end.
 nox.options.sessions = ["preflight", "lint", "tests", "interop", "spark"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
@@ -39,13 +39,31 @@ def _chromium_problem() -> str | None:
     return "Chromium (spark session, report screenshot): no chromium or chromium-browser on PATH"
 
 
+#: Debian's golang-*-dev packages put their sources here; the Go interop tests build in GOPATH mode.
+GOCODE = "/usr/share/gocode/src/github.com"
+
+
+def _go_source_problem(package: str) -> str | None:
+    """A Go library as Debian ships it (tests/interop/test_go_clients.py builds against it)."""
+    if os.path.isdir(os.path.join(GOCODE, package)):
+        return None
+    return f"{package} (interop session, Go clients): no {GOCODE}/{package}"
+
+
 # By Debian package: what the tests use, as they look for it (shutil.which, PySpark's launcher).
 CHECKS = {
     "kcat": lambda: None if shutil.which("kcat") else "kcat (interop session): not on PATH",
+    "golang-go": lambda: None if shutil.which("go") else "go (interop session, Go clients): not on PATH",
+    # sarama's zstd binding is cgo.
+    "gcc": lambda: None if shutil.which("gcc") else "gcc (interop session, cgo for sarama): not on PATH",
+    "golang-github-shopify-sarama-dev": lambda: _go_source_problem("Shopify/sarama"),
+    "golang-github-segmentio-kafka-go-dev": lambda: _go_source_problem("segmentio/kafka-go"),
     "chromium": _chromium_problem,
     "openjdk-17-jre-headless": _java_problem,
 }
-NEEDS = {"interop": ["kcat"], "spark": ["openjdk-17-jre-headless", "chromium"]}
+NEEDS = {"interop": ["kcat", "golang-go", "gcc", "golang-github-shopify-sarama-dev",
+                     "golang-github-segmentio-kafka-go-dev"],
+         "spark": ["openjdk-17-jre-headless", "chromium"]}
 
 
 def _require(session: nox.Session, *names: str, abort_run: bool = False) -> None:
@@ -67,9 +85,10 @@ def _require(session: nox.Session, *names: str, abort_run: bool = False) -> None
 
 @nox.session(python=False)
 def preflight(session: nox.Session) -> None:
-    """Checks kcat, Chromium, Java 17 (for interop, spark): ``nox`` stops here if one is missing."""
+    """Checks kcat, Go with sarama and kafka-go, Chromium, Java 17 (for interop, spark): ``nox``
+    stops here if one is missing."""
     _require(session, *NEEDS, abort_run=True)
-    session.log("kcat, Chromium and Java 17 found")
+    session.log("kcat, Go (sarama, kafka-go), Chromium and Java 17 found")
 
 
 @nox.session(python=PYTHON)
@@ -81,7 +100,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def interop(session: nox.Session) -> None:
-    """End-to-end tests: the real broker driven by confluent-kafka, kafka-python, aiokafka, kcat."""
+    """End-to-end tests: the real broker driven by confluent-kafka, kafka-python, aiokafka, kcat,
+    and Go's sarama 1.22 and kafka-go 0.2.1 (Debian's packages, built in GOPATH mode)."""
     _require(session, "interop")
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "interop", *session.posargs)
