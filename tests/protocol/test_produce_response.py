@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 from trio_broker.protocol.produce_response import DIRECT_VERSIONS, produce_response_frame
-from trio_broker.server.handlers.produce import MAX_VERSION, _append_time, _makers
+from trio_broker.server.handlers.produce import MAX_VERSION, TOPIC_ID_VERSION, _append_time, _makers
 
 ERRORS = [ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.corrupt_message,
           ErrorCode.topic_authorization_failed, ErrorCode.not_leader_or_follower]
@@ -34,8 +34,10 @@ def kio_frame(version: int, correlation_id: int, topic: str, index: int, code: E
     return struct.pack(">i", len(payload)) + payload
 
 
-def test_direct_versions_are_the_flexible_ones_the_broker_answers() -> None:
-    assert frozenset(range(9, MAX_VERSION + 1)) == DIRECT_VERSIONS
+def test_direct_versions_are_the_flexible_ones_that_name_topics() -> None:
+    """From v13 (KIP-516) the answer names topics by id: those keep the general path."""
+    assert frozenset(range(9, TOPIC_ID_VERSION)) == DIRECT_VERSIONS
+    assert MAX_VERSION >= TOPIC_ID_VERSION
 
 
 @pytest.mark.parametrize("version", sorted(DIRECT_VERSIONS))

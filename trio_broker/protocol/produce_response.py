@@ -17,8 +17,9 @@ from .encoder import uvarint
 
 __all__ = ["DIRECT_VERSIONS", "produce_response_frame"]
 
-#: The Produce versions written here: the flexible ones the broker answers (9–12). Tagged
-#: fields of 10+ (``current_leader``, ``node_endpoints``) are at their defaults, so not written.
+#: The Produce versions written here: the flexible ones that name topics (9–12; v13 names them
+#: by id and takes the general path). Tagged fields of 10+ (``current_leader``,
+#: ``node_endpoints``) are at their defaults, so not written.
 DIRECT_VERSIONS: Final = frozenset(range(9, 13))
 
 _HEAD: Final = struct.Struct(">ii")  # size, correlation id
