@@ -258,8 +258,8 @@ def _retarget_field(rng: random.Random, name: str, hint: str, old: Any) -> Any:
         # Mostly one id, so transactions progress; null only where the field is nullable.
         return rng.choice([None, None, "random-txn", old] if "None" in hint
                           else ["random-txn", "random-txn", old])
-    if name in NO_MEMBER and rng.random() < 0.5:
-        return type(old)(NO_MEMBER[name])
+    if name in NO_MEMBER and rng.random() < 0.5:  # old None: OffsetFetch v9's nullable id
+        return NO_MEMBER[name] if old is None else type(old)(NO_MEMBER[name])
     return old
 
 

@@ -346,6 +346,15 @@ class ConsumerGroups:
         self._write_value(group_id, None)
         return False
 
+    def member_epoch(self, group_id: str, member_id: str | None) -> tuple[bool, int | None]:
+        """``(is a consumer group, epoch of member_id or None)``: what OffsetFetch v9+ and the
+        OffsetCommit version rule of KIP-848 look up."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return False, None
+        member = group.members.get(member_id) if member_id is not None else None
+        return True, None if member is None else member.member_epoch
+
     def check_commit(self, group_id: str, member_epoch: int, member_id: str, *,
                      transactional: bool = False) -> int | None:
         """None when ``group_id`` is not a consumer group; else the OffsetCommit error (0 ok).

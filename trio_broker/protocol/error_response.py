@@ -104,6 +104,8 @@ _OVERRIDES: dict[int, list[tuple[int, int, _Override]]] = {
     9: [(0, 1, _Override(instead_of_null={"topics.partitions.metadata": ""})),
         (2, 7, _Override(not_mirrored=frozenset({"topics"}))),
         (8, 99, _Override(not_mirrored=frozenset({"groups.topics"})))],
+    # AddPartitionsToTxnRequest v4+: the top-level error only, no transaction results.
+    24: [(4, 99, _Override(not_mirrored=frozenset({"results_by_transaction"})))],
     # FindCoordinator: prepareOldResponse / prepareErrorResponse set error.message().
     10: [(0, 99, _Override(message=True))],
     # LeaveGroupRequest: the top-level error only, no member entries.

@@ -34,7 +34,7 @@ from .admin_client import (
 
 #: The newest version of each API these tools build requests for (kio generates them all; the
 #: tools pick ``min(this, broker max)`` so older brokers work as long as the fields exist).
-PINNED_VERSIONS = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 8, 10: 4, 15: 5, 16: 5, 18: 3, 19: 7,
+PINNED_VERSIONS = {0: 9, 1: 12, 2: 7, 3: 12, 8: 9, 9: 8, 10: 4, 15: 5, 16: 5, 18: 3, 19: 7,
                    20: 6, 32: 4, 33: 2, 37: 3, 42: 2, 44: 1, 47: 0, 60: 0}
 
 

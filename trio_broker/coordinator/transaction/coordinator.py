@@ -289,6 +289,26 @@ class TransactionCoordinator:
             return E.invalid_txn_state
         return E.none
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ ``verify_only`` (Kafka 3.9's
+        handleVerifyPartitionsInTransaction): whether each partition is already in the
+        producer's transaction, TRANSACTION_ABORTABLE if not; nothing is changed."""
+        wanted = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(wanted, E.invalid_request)
+        meta = self._txns.get(transactional_id)
+        error = self._ready()
+        if error:
+            return dict.fromkeys(wanted, error)
+        if meta is None or meta.producer_id != producer_id:
+            return dict.fromkeys(wanted, E.invalid_producer_id_mapping)
+        if producer_epoch != meta.producer_epoch:
+            return dict.fromkeys(wanted, E.producer_fenced)
+        if meta.in_prepare:
+            return dict.fromkeys(wanted, E.concurrent_transactions)
+        return {tp: E.none if tp in meta.partitions else E.transaction_abortable for tp in wanted}
+
     def offsets_partition(self, group_id: str) -> TopicPartition:
         """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for a group."""
         return OFFSETS_TOPIC, self.groups.partition_for(group_id)

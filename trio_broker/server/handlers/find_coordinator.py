@@ -2,7 +2,8 @@
 
 The answer is this node at the advertised endpoint of the listener the request came in on, so a
 client that bootstrapped through one listener keeps using it. From v4 several keys are asked for
-at once (KIP-699).
+at once (KIP-699). v5 (KIP-890) only says the client understands TRANSACTION_ABORTABLE, a code
+FindCoordinator never answers (Kafka 3.9 neither): v5 is served as v4.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ def _answer(ctx: RequestContext, key_type: int, key: str
     return ErrorCode.none, None, ctx.broker.node_id, endpoint.host, endpoint.port
 
 
-@api_handler(FIND_COORDINATOR, 0, 4)
+@api_handler(FIND_COORDINATOR, 0, 5)
 async def handle_find_coordinator(ctx: RequestContext, body: Any) -> Any:
     cls = response_class(ctx)
     key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
-    if ctx.api_version >= 4:
+    if ctx.api_version >= 4:  # v5's body is v4's
         coordinator_cls = nested(cls, "Coordinator")
         entries = []
         for key in body.coordinator_keys:

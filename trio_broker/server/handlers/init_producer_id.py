@@ -16,7 +16,9 @@ from .transactions import fenced_for
 
 INIT_PRODUCER_ID = 22
 MIN_VERSION = 0
-MAX_VERSION = 4
+#: v5 (KIP-890) only says the client understands TRANSACTION_ABORTABLE, which Kafka 3.9's
+#: coordinator never answers on InitProducerId (no partition is verified here): v5 is v4.
+MAX_VERSION = 5
 
 
 @api_handler(INIT_PRODUCER_ID, MIN_VERSION, MAX_VERSION)

@@ -64,9 +64,20 @@ def _offset_commit_v0(ctx: RequestContext, body: Any) -> Any:
             for p in t.partitions)) for t in body.topics))
 
 
+def _needs_v9(ctx: RequestContext, coord: Any, body: Any) -> bool:
+    """ConsumerGroup.validateOffsetCommit (3.9): a member of a consumer group (KIP-848) must
+    commit with v9+; below, its non-transactional commits are UNSUPPORTED_VERSION. A commit
+    naming no member (epoch < 0, no id: an admin client) is checked as before."""
+    epoch, member_id = int(body.generation_id_or_member_epoch), body.member_id
+    if ctx.api_version >= 9 or coord is None or (epoch < 0 and not member_id):
+        return False
+    return coord.consumer_groups.member_epoch(body.group_id, member_id)[1] is not None
+
+
 # v0 and v1 are Kafka 3.9's (legacy_schemas). v1's commit_timestamp is not kept: the group
-# coordinator stamps each commit with its own clock (docs/apis.md).
-@api_handler(OFFSET_COMMIT, 0, 8)
+# coordinator stamps each commit with its own clock (docs/apis.md). v9 (KIP-848) has v8's
+# fields; the member epoch in generation_id_or_member_epoch is checked as in every version.
+@api_handler(OFFSET_COMMIT, 0, 9)
 async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
     if ctx.api_version == 0:
         return _offset_commit_v0(ctx, body)
@@ -97,6 +108,8 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
         errors = denied
     elif coord is None:
         errors = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
+    elif _needs_v9(ctx, coord, body):
+        errors = {**dict.fromkeys(offsets, ErrorCode.unsupported_version), **denied}
     else:
         errors = await coord.commit_offsets(
             group_id=body.group_id, generation_id=int(body.generation_id_or_member_epoch),
@@ -116,13 +129,28 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
 
 
 # ----------------------------------------------------------------------- OffsetFetch
+def _member_error(coord: Any, group_id: str, member_id: str | None, member_epoch: int) -> int:
+    """ConsumerGroup.validateOffsetFetch (3.9), OffsetFetch v9+: a consumer group's member
+    fetches only with its current epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH). A request
+    naming no member (null id, epoch -1: an admin client), a classic group and an unknown
+    group are not checked."""
+    if member_id is None and member_epoch < 0:
+        return ErrorCode.none
+    consumer_group, epoch = coord.consumer_groups.member_epoch(group_id, member_id)
+    if not consumer_group:
+        return ErrorCode.none
+    if epoch is None:
+        return ErrorCode.unknown_member_id
+    return ErrorCode.none if epoch == member_epoch else ErrorCode.stale_member_epoch
+
+
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type[Any],
-                 partition_cls: type[Any], index_field: str, require_stable: bool = False
-                 ) -> tuple[int, tuple[Any, ...]]:
+                 partition_cls: type[Any], index_field: str, require_stable: bool = False,
+                 member: tuple[str | None, int] = (None, -1)) -> tuple[int, tuple[Any, ...]]:
     """``(error, topics)`` for one group; ``topics`` None means every committed partition.
     With ``require_stable`` (v7+), a partition with an undecided transactional commit is
     UNSTABLE_OFFSET_COMMIT (KIP-447), so the consumer retries instead of starting from an
-    offset the transaction is about to replace."""
+    offset the transaction is about to replace. ``member`` is v9's member id and epoch."""
     coord = coordinator(ctx)
     wanted: list[tuple[str, int]] | None = None
     if topics is not None:
@@ -135,6 +163,9 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
         error, found = int(ErrorCode.group_authorization_failed), {}
     elif coord is None:
         error, found = int(ErrorCode.coordinator_not_available), {}
+    elif member_error := _member_error(coord, group_id, *member):
+        # GroupCoordinatorService.fetchOffsets: the group's error alone, no topics.
+        return member_error, ()
     else:
         error, found = coord.fetch_offsets(group_id, wanted)
         names = {t for t, _ in (wanted if wanted is not None else found)}
@@ -181,7 +212,7 @@ def _offset_fetch_v0(ctx: RequestContext, body: Any) -> Any:
         for t in body.topics))
 
 
-@api_handler(OFFSET_FETCH, 0, 8)
+@api_handler(OFFSET_FETCH, 0, 9)
 async def handle_offset_fetch(ctx: RequestContext, body: Any) -> Any:
     if ctx.api_version == 0:
         return _offset_fetch_v0(ctx, body)
@@ -194,7 +225,9 @@ async def handle_offset_fetch(ctx: RequestContext, body: Any) -> Any:
         for group in body.groups:
             error, topics = _fetch_group(ctx, group.group_id, group.topics, topic_cls,
                                          partition_cls, "partition_indexes",
-                                         bool(getattr(body, "require_stable", False)))
+                                         bool(getattr(body, "require_stable", False)),
+                                         (getattr(group, "member_id", None),
+                                          int(getattr(group, "member_epoch", -1))))
             groups.append(build(group_cls, group_id=group.group_id, topics=topics,
                                 error_code=ErrorCode(error)))
         return build(cls, throttle_time=throttle(ctx), groups=tuple(groups))

@@ -11,6 +11,13 @@ DESCRIBE.
 
 Kafka answers PRODUCER_FENCED only to clients new enough to know it (KIP-588): older versions
 get INVALID_PRODUCER_EPOCH instead (:func:`fenced_for`).
+
+AddOffsetsToTxn v4, EndTxn v4 and TxnOffsetCommit v4 (Kafka 3.8, KIP-890) only say that the
+client understands TRANSACTION_ABORTABLE; their bodies are v3's. Kafka 3.9's coordinator never
+answers these APIs with that code (it comes from verifying a partition, which only Produce and
+the brokers' AddPartitionsToTxn v4+ do), and neither does ours, so v4 is served as v3 and there
+is nothing to translate for older versions. AddPartitionsToTxn v4-v5 are the brokers' batched
+form (:func:`_add_partitions_batched`).
 """
 
 from __future__ import annotations
@@ -47,10 +54,12 @@ def fenced_for(ctx: RequestContext, code: ErrorCode) -> ErrorCode:
     return code
 
 
-@api_handler(ADD_PARTITIONS_TO_TXN, 0, 3)
+@api_handler(ADD_PARTITIONS_TO_TXN, 0, 5)
 async def handle_add_partitions_to_txn(ctx: RequestContext, body: Any) -> Any:
     """All or nothing: unknown partitions fail, the others get OPERATION_NOT_ATTEMPTED."""
     module = response_module(ADD_PARTITIONS_TO_TXN, ctx.api_version)
+    if ctx.api_version >= 4:
+        return await _add_partitions_batched(ctx, module, body)
     txn = ctx.broker.transaction_coordinator
     lm = ctx.broker.log_manager
     wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
@@ -73,6 +82,46 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, body: Any) -> Any:
     return _add_partitions_answer(ctx, module, errors)
 
 
+async def _add_partitions_batched(ctx: RequestContext, module: Any, body: Any) -> Any:
+    """v4-v5 (KIP-890), which only brokers send, several transactions at once (Kafka 3.9's
+    KafkaApis): CLUSTER_ACTION on the cluster or the whole request fails with the top-level
+    error alone; no WRITE checks (the asking broker made them for its client); each
+    transaction all or nothing as in v3; ``verify_only`` asks whether the partitions are in
+    the transaction already. v5 only says the asking broker understands TRANSACTION_ABORTABLE:
+    Kafka's coordinator answers it at v4 too."""
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return build(module.AddPartitionsToTxnResponse, throttle_time=throttle(ctx),
+                     error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
+    txn = ctx.broker.transaction_coordinator
+    lm = ctx.broker.log_manager
+    results = []
+    for transaction in body.transactions:
+        tid, pid, epoch = (transaction.transactional_id, int(transaction.producer_id),
+                           int(transaction.producer_epoch))
+        wanted = [(t.name, int(p)) for t in transaction.topics for p in t.partitions]
+        unknown = {tp for tp in wanted if lm.get_partition(*tp) is None}
+        errors: dict[tuple[str, int], ErrorCode]
+        if unknown:
+            errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                      else ErrorCode.operation_not_attempted for tp in wanted}
+        elif transaction.verify_only:
+            errors = txn.verify_partitions(tid, pid, epoch, wanted)
+        else:
+            errors = dict.fromkeys(wanted, await txn.add_partitions(tid, pid, epoch, wanted))
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), code in errors.items():
+            by_topic.setdefault(topic, []).append(build(
+                module.AddPartitionsToTxnPartitionResult, partition_index=partition,
+                partition_error_code=code))
+        results.append(build(module.AddPartitionsToTxnResult, transactional_id=tid,
+                             topic_results=tuple(build(
+                                 module.AddPartitionsToTxnTopicResult, name=name,
+                                 results_by_partition=tuple(parts))
+                                 for name, parts in by_topic.items())))
+    return build(module.AddPartitionsToTxnResponse, throttle_time=throttle(ctx),
+                 error_code=ErrorCode.none, results_by_transaction=tuple(results))
+
+
 def _may_write_txn(ctx: RequestContext, transactional_id: str) -> bool:
     return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
@@ -91,7 +140,7 @@ def _add_partitions_answer(ctx: RequestContext, module: Any,
                  results_by_topic_v3_and_below=results)
 
 
-@api_handler(ADD_OFFSETS_TO_TXN, 0, 3)
+@api_handler(ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle_add_offsets_to_txn(ctx: RequestContext, body: Any) -> Any:
     module = response_module(ADD_OFFSETS_TO_TXN, ctx.api_version)
     if not _may_write_txn(ctx, body.transactional_id):
@@ -106,7 +155,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, body: Any) -> Any:
                  error_code=fenced_for(ctx, code))
 
 
-@api_handler(END_TXN, 0, 3)
+@api_handler(END_TXN, 0, 4)
 async def handle_end_txn(ctx: RequestContext, body: Any) -> Any:
     module = response_module(END_TXN, ctx.api_version)
     if not _may_write_txn(ctx, body.transactional_id):
@@ -119,7 +168,7 @@ async def handle_end_txn(ctx: RequestContext, body: Any) -> Any:
                  error_code=fenced_for(ctx, code))
 
 
-@api_handler(TXN_OFFSET_COMMIT, 0, 3)
+@api_handler(TXN_OFFSET_COMMIT, 0, 4)
 async def handle_txn_offset_commit(ctx: RequestContext, body: Any) -> Any:
     module = response_module(TXN_OFFSET_COMMIT, ctx.api_version)
     offsets: dict[tuple[str, int], OffsetCommitEntry] = {}
