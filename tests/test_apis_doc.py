@@ -35,8 +35,11 @@ KAFKA_39: dict[int, tuple[int, int]] = {
     71: (0, 0), 72: (0, 0), 74: (0, 0), 75: (0, 0),
 }
 #: Notes of rows whose versions need more than a schema.
-NOTES = {0: "v0–v2: message formats v0/v1, up-converted",
-         1: "v0–v3: records down-converted to magic 0/1"}
+NOTES = {0: "v0–v2: message formats v0/v1, up-converted; v12+: adds the partition to the "
+            "transaction (transaction version 2)",
+         1: "v0–v3: records down-converted to magic 0/1",
+         26: "v5: bumps the epoch per transaction (transaction version 2)",
+         28: "v5: adds the group's offsets partition to the transaction (transaction version 2)"}
 
 
 def _range(versions: tuple[int, int] | None) -> str:

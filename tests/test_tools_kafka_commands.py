@@ -178,15 +178,15 @@ async def test_features(broker: Any) -> None:
                             r"\S+\tFinalizedVersionLevel: \S+\tEpoch: \S+", line)
                for line in out.splitlines())
     assert "Feature: metadata.version\tSupportedMinVersion: 7\tSupportedMaxVersion: 25\t" \
-        "FinalizedVersionLevel: 25\tEpoch: 2" in out.splitlines()
-    code, out, err = await tool(b, "features", "upgrade", "--feature", "transaction.version=2")
+        "FinalizedVersionLevel: 25\tEpoch: 3" in out.splitlines()
+    code, out, err = await tool(b, "features", "upgrade", "--feature", "transaction.version=3")
     assert (code, err) == (1, "trio_broker features: 1 out of 1 operation(s) failed.\n")
-    assert out == ("Could not upgrade transaction.version to 2. INVALID_UPDATE_VERSION: The update "
+    assert out == ("Could not upgrade transaction.version to 3. INVALID_UPDATE_VERSION: The update "
                    "failed for all features since the following feature had an error: Invalid "
-                   "update version 2 for feature transaction.version. Local controller 1 only "
-                   "supports versions 0-1\n")
-    assert await tool(b, "features", "upgrade", "--feature", "transaction.version=1") == (
-        0, "transaction.version was upgraded to 1.\n", "")
+                   "update version 3 for feature transaction.version. Local controller 1 only "
+                   "supports versions 0-2\n")
+    assert await tool(b, "features", "upgrade", "--feature", "kraft.version=1") == (
+        0, "kraft.version was upgraded to 1.\n", "")
     code, _, err = await tool(b, "features", "upgrade")
     assert code == 2 and "at least one feature" in err  # found after parsing: our stderr
 
@@ -299,7 +299,7 @@ async def test_metadata_quorum(broker: Any) -> None:
     code, out, err = await tool(b, "metadata-quorum", "describe", "--status")
     assert (code, err) == (0, "")
     assert out.splitlines()[1:] == [
-        "LeaderId:               1", "LeaderEpoch:            1", "HighWatermark:          3",
+        "LeaderId:               1", "LeaderEpoch:            1", "HighWatermark:          4",
         "MaxFollowerLag:         0", "MaxFollowerLagTimeMs:   0",
         f'CurrentVoters:          [{{"id": 1, "endpoints": ["PLAINTEXT://{b}"]}}]',
         "CurrentObservers:       []"]

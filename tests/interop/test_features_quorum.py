@@ -29,25 +29,24 @@ def kafka_python_features_session(bootstrap: str, port: int) -> None:
         features = admin.describe_features()
         assert {name: f["supported"] for name, f in features.items()} == {
             "group.version": (0, 1), "kraft.version": (0, 1),
-            "metadata.version": (7, 25), "transaction.version": (0, 1)}
+            "metadata.version": (7, 25), "transaction.version": (0, 2)}
         assert {name: f["finalized"] for name, f in features.items() if "finalized" in f} == {
-            "group.version": (1, 1), "metadata.version": (25, 25)}
+            "group.version": (1, 1), "metadata.version": (25, 25), "transaction.version": (2, 2)}
         epoch = features["metadata.version"]["finalized_epoch"]
 
         # A feature this node cannot finalize fails the whole request (Kafka 4.0).
         with pytest.raises(InvalidUpdateVersionError) as refused:
-            admin.update_features({"transaction.version": 2, "group.version": 1})
-        assert PREFIX + ("Invalid update version 2 for feature transaction.version. Local "
-                         "controller 1 only supports versions 0-1") in str(refused.value)
-        assert admin.update_features({"transaction.version": 1}, validate_only=True) == {
-            "transaction.version": "OK"}
-        assert "finalized" not in admin.describe_features()["transaction.version"]
+            admin.update_features({"transaction.version": 3, "group.version": 1})
+        assert PREFIX + ("Invalid update version 3 for feature transaction.version. Local "
+                         "controller 1 only supports versions 0-2") in str(refused.value)
+        assert admin.update_features({"kraft.version": 1}, validate_only=True) == {
+            "kraft.version": "OK"}
+        assert "finalized" not in admin.describe_features()["kraft.version"]
 
-        assert admin.update_features({"transaction.version": 1}) == {
-            "transaction.version": "OK"}
+        assert admin.update_features({"kraft.version": 1}) == {"kraft.version": "OK"}
         after = admin.describe_features()
-        assert after["transaction.version"]["finalized"] == (1, 1)
-        assert after["transaction.version"]["finalized_epoch"] == epoch + 1
+        assert after["kraft.version"]["finalized"] == (1, 1)
+        assert after["kraft.version"]["finalized_epoch"] == epoch + 1
 
         quorum = admin.describe_metadata_quorum()
         (topic,) = quorum["topics"]

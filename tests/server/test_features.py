@@ -43,24 +43,26 @@ def problem(feature: str, level: int, kind: UpgradeType = UP,
 def test_the_table_is_kafka_4_0s_four_features_with_what_this_node_implements() -> None:
     assert supported_ranges() == (
         (GROUP_VERSION, 0, 1), (KRAFT_VERSION, 0, 1), (METADATA_VERSION, 7, 25),
-        (TRANSACTION_VERSION, 0, 1),  # KIP-890 part 2 (level 2) is not implemented
+        (TRANSACTION_VERSION, 0, 2),  # KIP-890 part 2 is level 2
     )
     state = fresh()
-    # kraft.version 0 (a static voter) and transaction.version 0 are not "finalized".
-    assert state.finalized() == ((GROUP_VERSION, 1), (METADATA_VERSION, 25))
+    # kraft.version 0 (a static voter) is not "finalized"; transaction.version 2 is, as a
+    # Kafka 4.0 node formatted at 4.0-IV2 or later.
+    assert state.finalized() == ((GROUP_VERSION, 1), (METADATA_VERSION, 25),
+                                 (TRANSACTION_VERSION, 2))
     assert consumer_protocol_enabled(state)
     assert not consumer_protocol_enabled({GROUP_VERSION: 0})
 
 
 def test_counters_of_the_metadata_log() -> None:
     new = FeatureState.bootstrap(DIR)
-    # metadata.version's record and group.version's.
-    assert (new.end_offset, new.leader_epoch) == (BOOTSTRAP_RECORDS, 0) == (2, 0)
+    # metadata.version's record, group.version's and transaction.version's.
+    assert (new.end_offset, new.leader_epoch) == (BOOTSTRAP_RECORDS, 0) == (3, 0)
     started = new.elected()
-    assert (started.end_offset, started.leader_epoch, started.epoch) == (3, 1, 2)
+    assert (started.end_offset, started.leader_epoch, started.epoch) == (4, 1, 3)
     changed = started.applied([FeatureUpdate(GROUP_VERSION, 0, SAFE)])
-    assert (changed.end_offset, changed.epoch, changed.level(GROUP_VERSION)) == (4, 3, 0)
-    assert changed.finalized() == ((METADATA_VERSION, 25),)
+    assert (changed.end_offset, changed.epoch, changed.level(GROUP_VERSION)) == (5, 4, 0)
+    assert changed.finalized() == ((METADATA_VERSION, 25), (TRANSACTION_VERSION, 2))
     assert changed.leader_epoch == 1
 
 
@@ -68,14 +70,14 @@ def test_counters_of_the_metadata_log() -> None:
     ("metadata.version", 26, UP, "Local controller 1 only supports versions 7-25"),
     ("metadata.version", 1, UP, "Local controller 1 only supports versions 7-25"),
     ("metadata.version", 0, SAFE, "Local controller 1 only supports versions 7-25"),
-    ("transaction.version", 2, UP, "Local controller 1 only supports versions 0-1"),
+    ("transaction.version", 3, UP, "Local controller 1 only supports versions 0-2"),
     ("group.version", 2, UP, "Local controller 1 only supports versions 0-1"),
     ("group.version", -1, SAFE, "A feature version cannot be less than 0."),
     ("nonsense", 1, UP, "Local controller 1 does not support this feature."),
     ("nonsense", 0, SAFE, "Feature nonsense not found."),
     ("group.version", 0, UP, "Can't downgrade the version of this feature without setting the "
                              "upgrade type to either safe or unsafe downgrade."),
-    ("transaction.version", 1, SAFE, "Can't downgrade to a newer version."),
+    ("kraft.version", 1, SAFE, "Can't downgrade to a newer version."),
     ("group.version", 1, UpgradeType.UNKNOWN,
      "The controller does not support the given upgrade type."),
 ])
@@ -105,12 +107,16 @@ def test_kraft_version_goes_up_but_never_down() -> None:
 def test_allowed_changes() -> None:
     assert problem(GROUP_VERSION, 0, SAFE) is None
     assert problem(GROUP_VERSION, 0, UNSAFE) is None
-    assert problem(TRANSACTION_VERSION, 1, UP) is None
-    assert problem(TRANSACTION_VERSION, 0, UP) is None  # unchanged
+    assert problem(TRANSACTION_VERSION, 1, SAFE) is None
+    assert problem(TRANSACTION_VERSION, 0, UNSAFE) is None
+    assert problem(TRANSACTION_VERSION, 2, UP) is None  # unchanged
+    assert problem(TRANSACTION_VERSION, 1, UP) == (
+        "Invalid update version 1 for feature transaction.version. Can't downgrade the version "
+        "of this feature without setting the upgrade type to either safe or unsafe downgrade.")
 
 
 def test_one_refused_update_fails_the_whole_request() -> None:
-    outcome = judge_updates(fresh(), [FeatureUpdate(TRANSACTION_VERSION, 1),
+    outcome = judge_updates(fresh(), [FeatureUpdate(TRANSACTION_VERSION, 1, SAFE),
                                       FeatureUpdate(GROUP_VERSION, 5)], NODE)
     assert outcome.updates == ()
     assert outcome.error_message == ALL_FAILED_PREFIX + (
@@ -120,16 +126,16 @@ def test_one_refused_update_fails_the_whole_request() -> None:
 
 def test_the_last_mention_of_a_feature_wins() -> None:
     outcome = judge_updates(fresh(), [FeatureUpdate(GROUP_VERSION, 7),
-                                      FeatureUpdate(TRANSACTION_VERSION, 1),
+                                      FeatureUpdate(TRANSACTION_VERSION, 1, SAFE),
                                       FeatureUpdate(GROUP_VERSION, 0, SAFE)], NODE)
     assert outcome.error_message is None
     assert outcome.updates == (FeatureUpdate(GROUP_VERSION, 0, SAFE),
-                               FeatureUpdate(TRANSACTION_VERSION, 1))
+                               FeatureUpdate(TRANSACTION_VERSION, 1, SAFE))
     assert judge_updates(fresh(), [], NODE).updates == ()
 
 
 def test_json_round_trip_and_refusals() -> None:
-    state = fresh().applied([FeatureUpdate(TRANSACTION_VERSION, 1)])
+    state = fresh().applied([FeatureUpdate(TRANSACTION_VERSION, 1, SAFE)])
     assert FeatureState.from_json(state.to_json()) == state
     saved = json.loads(state.to_json())
     for broken in ({**saved, "features": {**saved["features"], "share.version": 1}},

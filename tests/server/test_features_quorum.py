@@ -76,10 +76,11 @@ async def test_api_versions_v3_lists_the_features(broker: Any, version: int) -> 
     supported, finalized, epoch = features_of(answer)
     assert answer.error_code is ErrorCode.none
     assert supported == {"group.version": (0, 1), "kraft.version": (0, 1),
-                         "metadata.version": (7, 25), "transaction.version": (0, 1)}
-    assert finalized == {"group.version": (1, 1), "metadata.version": (25, 25)}
-    # The bootstrap records (2) and this start's leader change: offsets 0-2.
-    assert epoch == 2
+                         "metadata.version": (7, 25), "transaction.version": (0, 2)}
+    assert finalized == {"group.version": (1, 1), "metadata.version": (25, 25),
+                         "transaction.version": (2, 2)}
+    # The bootstrap records (3) and this start's leader change: offsets 0-3.
+    assert epoch == 3
     advertised = {int(k.api_key): (int(k.min_version), int(k.max_version))
                   for k in answer.api_keys}
     assert advertised[PRODUCE][1] == 13 and advertised[FETCH][1] == 18
@@ -95,11 +96,11 @@ async def test_api_versions_v2_has_no_features(broker: Any) -> None:
 @pytest.mark.parametrize("version", [0, 1, 2])
 async def test_a_refused_update_fails_the_request_as_kafka_4(broker: Any, version: int) -> None:
     answer = await call(broker.port, UPDATE_FEATURES, version, update(
-        version, [("group.version", 1, 1), ("transaction.version", 2, 1)]))
+        version, [("group.version", 1, 1), ("transaction.version", 3, 1)]))
     assert answer.error_code is ErrorCode.invalid_update_version
     assert answer.error_message == PREFIX + (
-        "Invalid update version 2 for feature transaction.version. Local controller 1 only "
-        "supports versions 0-1")
+        "Invalid update version 3 for feature transaction.version. Local controller 1 only "
+        "supports versions 0-2")
     assert getattr(answer, "results", ()) == ()
 
 
@@ -123,7 +124,7 @@ async def test_validate_only_changes_nothing(broker: Any) -> None:
     assert [(r.feature, r.error_code, r.error_message) for r in answer.results] == [
         ("group.version", ErrorCode.none, None)]
     _, finalized, epoch = features_of(await call(broker.port, API_VERSIONS, 3, api_versions(3)))
-    assert finalized["group.version"] == (1, 1) and epoch == 2
+    assert finalized["group.version"] == (1, 1) and epoch == 3
 
 
 async def test_update_applies_hides_consumer_apis_and_survives_a_restart(
@@ -133,12 +134,12 @@ async def test_update_applies_hides_consumer_apis_and_survives_a_restart(
     before = await call(first.port, API_VERSIONS, 3, api_versions(3))
     assert {int(k.api_key) for k in before.api_keys} >= CONSUMER_APIS
     answer = await call(first.port, UPDATE_FEATURES, 2, update(
-        2, [("group.version", 0, 2), ("transaction.version", 1, 1)]))
+        2, [("group.version", 0, 2), ("transaction.version", 1, 2)]))
     assert (answer.error_code, answer.error_message) == (ErrorCode.none, None)
     after = await call(first.port, API_VERSIONS, 3, api_versions(3))
     _, finalized, epoch = features_of(after)
     assert finalized == {"metadata.version": (25, 25), "transaction.version": (1, 1)}
-    assert epoch == 4  # two feature level records after offset 2
+    assert epoch == 5  # two feature level records after offset 3
     # group.version 0: the KIP-848 APIs are no longer advertised (the cached answer changed).
     assert not CONSUMER_APIS & {int(k.api_key) for k in after.api_keys}
     saved = json.loads((tmp_path / "kept" / FEATURES_FILE).read_text())
@@ -148,7 +149,7 @@ async def test_update_applies_hides_consumer_apis_and_survives_a_restart(
     second = await start_broker(**{"log.dirs": data})
     _, finalized, epoch = features_of(await call(second.port, API_VERSIONS, 3, api_versions(3)))
     assert finalized == {"metadata.version": (25, 25), "transaction.version": (1, 1)}
-    assert epoch == 5  # and the new start's leader change
+    assert epoch == 6  # and the new start's leader change
     quorum = await call(second.port, DESCRIBE_QUORUM, 1, describe_quorum(1))
     assert int(quorum.topics[0].partitions[0].leader_epoch) == 2
 
@@ -198,9 +199,9 @@ async def test_describe_quorum_answers_for_the_single_voter(broker: Any, version
     (partition,) = topic.partitions
     assert (topic.topic_name, partition.partition_index, partition.error_code) == (
         "__cluster_metadata", 0, ErrorCode.none)
-    assert (partition.leader_id, partition.leader_epoch, partition.high_watermark) == (1, 1, 3)
+    assert (partition.leader_id, partition.leader_epoch, partition.high_watermark) == (1, 1, 4)
     (voter,) = partition.current_voters
-    assert (voter.replica_id, voter.log_end_offset) == (1, 3)
+    assert (voter.replica_id, voter.log_end_offset) == (1, 4)
     assert partition.observers == ()
     if version >= 1:
         assert voter.last_caught_up_timestamp >= before
@@ -224,7 +225,7 @@ async def test_the_high_watermark_counts_feature_changes(broker: Any) -> None:
     await call(broker.port, UPDATE_FEATURES, 1, update(1, [("kraft.version", 1, 1)]))
     answer = await call(broker.port, DESCRIBE_QUORUM, 2, describe_quorum(2))
     partition = answer.topics[0].partitions[0]
-    assert partition.high_watermark == 4
+    assert partition.high_watermark == 5
     # kraft.version 1 (KIP-853): the voter reports its directory id.
     directory = partition.current_voters[0].replica_directory_id
     assert directory == broker.broker.features.state.directory_id

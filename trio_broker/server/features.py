@@ -16,9 +16,12 @@ What is finalized, and why (docs/apis.md, "Features and quorum"):
   dynamic quorum) may be finalized by an upgrade; it cannot be downgraded again, as in Kafka.
 - ``group.version`` 1: the consumer rebalance protocol (KIP-848) is implemented. Level 0 hides
   its APIs from ApiVersions, as Kafka does.
-- ``transaction.version`` 0, supported up to 1. Level 2 (KIP-890 part 2) is not implemented, and a
-  4.x producer switches protocol on it; level 1 only changes the format of Kafka's transaction
-  log records, so it is accepted but means nothing here.
+- ``transaction.version`` 2 (``TV_2``, what Kafka 4.0 bootstraps at ``4.0-IV2`` and later),
+  supported from 0: a 4.x producer that sees level 2 uses KIP-890 part 2 (no AddPartitionsToTxn,
+  an epoch bump per transaction). The broker serves those request versions at every level, as
+  Kafka does: the client chooses by the finalized level. Level 1 only changes the format of
+  Kafka's transaction log records. A node formatted before level 2 existed here keeps the level
+  it has (0) until an UpdateFeatures raises it.
 
 The metadata log of this node is a counter: ``end_offset`` is the number of records Kafka's
 quorum would have written (the bootstrap records, a leader change per start, a feature level
@@ -60,7 +63,7 @@ SUPPORTED: tuple[FeatureSpec, ...] = (
     FeatureSpec(GROUP_VERSION, 0, 1, 1),
     FeatureSpec(KRAFT_VERSION, 0, 1, 0),
     FeatureSpec(METADATA_VERSION, 7, 25, 25),
-    FeatureSpec(TRANSACTION_VERSION, 0, 1, 0),
+    FeatureSpec(TRANSACTION_VERSION, 0, 2, 2),
 )
 _SPECS: dict[str, FeatureSpec] = {spec.name: spec for spec in SUPPORTED}
 

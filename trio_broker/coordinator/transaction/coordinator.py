@@ -14,6 +14,11 @@ does it:
   transactions open longer than their timeout, fencing their producer (epoch bump); another
   removes transactional ids idle past ``transactional.id.expiration.ms``.
 
+Transaction version 2 (KIP-890 part 2, a client sending EndTxn v5): a produce or TxnOffsetCommit
+adds its partition to the transaction itself (:meth:`TransactionCoordinator.add_produced_partition`),
+and each commit or abort bumps the producer's epoch (:func:`.state.end_transaction_v2`); the
+markers carry the bumped epoch, which fences any late write of the transaction that ended.
+
 A transactional id has at most one state change in flight (``_busy``); a request that finds one
 gets CONCURRENT_TRANSACTIONS and the client retries, as against Kafka.
 """
@@ -56,6 +61,8 @@ _FINISH_LIMIT_S = 10.0
 
 @attrs.frozen
 class InitResult:
+    """An answer that names the producer to go on with: InitProducerId's, EndTxn v5's."""
+
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
@@ -249,14 +256,15 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------- AddPartitions / Offsets
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition]) -> ErrorCode:
+                             partitions: Iterable[TopicPartition],
+                             client_transaction_version: int = 0) -> ErrorCode:
         """Add partitions to the producer's transaction (starting it if none is open)."""
         error = self._admit(transactional_id)
         if error:
             return error
         meta = self._txns.get(transactional_id)
         decision = sm.add_partitions(meta, producer_id, producer_epoch, frozenset(partitions),
-                                     self._now_ms())
+                                     self._now_ms(), client_transaction_version)
         if decision.write is None:
             return decision.error
         assert meta is not None
@@ -275,7 +283,9 @@ class TransactionCoordinator:
                        topic: str, partition: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is accepted only for a partition already in
         the producer's ongoing transaction, so a stray write cannot open a transaction that no
-        marker will ever close (a "hanging" transaction holding the LSO forever)."""
+        marker will ever close (a "hanging" transaction holding the LSO forever). The codes are
+        the coordinator's (Kafka's handleVerifyPartitionsInTransaction); the produce handler
+        translates them for its client's version."""
         if not self.is_active:
             return E.none  # no coordinator running (an embedded test broker): nothing to check
         meta = self._txns.get(transactional_id)
@@ -284,10 +294,25 @@ class TransactionCoordinator:
         if producer_epoch != meta.producer_epoch:
             # Newer too (Kafka's verification answers PRODUCER_FENCED unless exactly equal): a
             # forged epoch written first would fence the real producer on the partition.
-            return E.invalid_producer_epoch
+            return E.producer_fenced
+        if meta.in_prepare:
+            return E.concurrent_transactions
         if meta.state is not TxnState.ONGOING or (topic, partition) not in meta.partitions:
-            return E.invalid_txn_state
+            return E.transaction_abortable
         return E.none
+
+    async def add_produced_partition(self, transactional_id: str, producer_id: int,
+                                     producer_epoch: int, topic: str, partition: int
+                                     ) -> ErrorCode:
+        """Transaction version 2 (Produce v12+): the partition of a transactional batch joins
+        the producer's transaction (starting one) instead of being refused, as Kafka's
+        AddPartitionsToTxnManager does with its ``addPartition`` operation."""
+        error = self.verify_produce(transactional_id, producer_id, producer_epoch, topic,
+                                    partition)
+        if error is not E.transaction_abortable:
+            return error
+        return await self.add_partitions(transactional_id, producer_id, producer_epoch,
+                                         [(topic, partition)], sm.TV2)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -314,16 +339,20 @@ class TransactionCoordinator:
         return OFFSETS_TOPIC, self.groups.partition_for(group_id)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                          group_id: str) -> ErrorCode:
+                          group_id: str, client_transaction_version: int = 0) -> ErrorCode:
         return await self.add_partitions(transactional_id, producer_id, producer_epoch,
-                                         [self.offsets_partition(group_id)])
+                                         [self.offsets_partition(group_id)],
+                                         client_transaction_version)
 
     async def txn_offset_commit(self, *, transactional_id: str, group_id: str, producer_id: int,
                                 producer_epoch: int, generation_id: int, member_id: str,
                                 group_instance_id: str | None,
-                                offsets: Mapping[TopicPartition, OffsetCommitEntry]
+                                offsets: Mapping[TopicPartition, OffsetCommitEntry],
+                                add_partition: bool = False
                                 ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: offsets that the group sees only if the transaction commits."""
+        """TxnOffsetCommit: offsets that the group sees only if the transaction commits. With
+        ``add_partition`` (v5+, transaction version 2) the group's offsets partition joins the
+        transaction here, with no AddOffsetsToTxn before."""
 
         def everywhere(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, error)
@@ -338,6 +367,14 @@ class TransactionCoordinator:
             # What Kafka's append to __consumer_offsets answers a stale epoch.
             return everywhere(E.invalid_producer_epoch if producer_epoch < meta.producer_epoch
                               else E.producer_fenced)
+        if add_partition and not meta.in_prepare and (
+                meta.state is not TxnState.ONGOING
+                or self.offsets_partition(group_id) not in meta.partitions):
+            error = await self.add_offsets(transactional_id, producer_id, producer_epoch,
+                                           group_id, sm.TV2)
+            if error:
+                return everywhere(error)
+            meta = self._txns[transactional_id]
         if (meta.state is not TxnState.ONGOING
                 or self.offsets_partition(group_id) not in meta.partitions):
             # AddOffsetsToTxn must come first, or the offsets would never be completed.
@@ -357,9 +394,39 @@ class TransactionCoordinator:
         if error:
             return error
         meta = self._txns.get(transactional_id)
-        decision = sm.end_transaction(meta, producer_id, producer_epoch, commit, self._now_ms())
+        return await self._end(sm.end_transaction(meta, producer_id, producer_epoch, commit,
+                                                  self._now_ms()))
+
+    async def end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         commit: bool) -> InitResult:
+        """EndTxn v5+ (transaction version 2): as :meth:`end_txn`, with the epoch bumped; the
+        answer carries the producer id and epoch the client goes on with."""
+        error = self._admit(transactional_id)
+        if error:
+            return InitResult(error)
+        meta = self._txns.get(transactional_id)
+        new_pid = -1
+        if meta is not None and meta.producer_epoch >= sm.MAX_EPOCH:
+            try:
+                new_pid = self.log_manager.allocate_producer_id()
+            except Exception:  # the id block could not be written: retriable
+                return InitResult(E.coordinator_not_available)
+        decision = sm.end_transaction_v2(meta, producer_id, producer_epoch, commit,
+                                         self._now_ms(), new_pid)
+        if decision.write is None:
+            if decision.error or meta is None:
+                return InitResult(decision.error)
+            return InitResult(E.none, *sm.client_producer(meta))  # a retry: as it stands now
+        error = await self._end(decision)
+        if error:
+            return InitResult(error)
+        return InitResult(E.none, *sm.client_producer(decision.write))
+
+    async def _end(self, decision: sm.Decision) -> ErrorCode:
+        """Write an EndTxn's PrepareX (``decision.write``), then its second phase."""
         if decision.write is None:
             return decision.error
+        transactional_id = decision.write.transactional_id
         self._busy.add(transactional_id)
         try:
             error = await self._write(decision.write)

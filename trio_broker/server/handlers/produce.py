@@ -51,6 +51,30 @@ V2_BATCHES_VERSION = 3
 MAX_VERSION = 13
 #: From this version topics are named by id (KIP-516), in the request and in the answer.
 TOPIC_ID_VERSION = 13
+#: KIP-890: from v11 the client knows TRANSACTION_ABORTABLE; from v12 (transaction version 2)
+#: a transactional batch adds its partition to the transaction instead of being refused.
+ABORTABLE_VERSION = 11
+ADD_PARTITION_VERSION = 12
+
+#: Kafka's ReplicaManager: verification errors an older client would not retry become
+#: NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+_RETRIED_AS_NOT_ENOUGH_REPLICAS = frozenset({
+    ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator})
+
+
+def verification_error(code: ErrorCode, version: int) -> ErrorCode:
+    """The produce answer of a transaction coordinator's verification ``code`` (Kafka's
+    AddPartitionsToTxnManager and ReplicaManager): PRODUCER_FENCED is INVALID_PRODUCER_EPOCH,
+    TRANSACTION_ABORTABLE is INVALID_TXN_STATE below v11, retriable ones NOT_ENOUGH_REPLICAS."""
+    if code is ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if code is ErrorCode.transaction_abortable and version < ABORTABLE_VERSION:
+        return ErrorCode.invalid_txn_state
+    if code in _RETRIED_AS_NOT_ENOUGH_REPLICAS:
+        return ErrorCode.not_enough_replicas
+    return code
 
 
 def _append_time(ms: int) -> datetime.datetime | None:
@@ -268,9 +292,18 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
         if transactional_id is not None and len(records) >= rb.HEADER_SIZE:
             header = rb.decode_header(records)
             if header.is_transactional:
-                code = broker.transaction_coordinator.verify_produce(
-                    transactional_id, header.producer_id, header.producer_epoch, topic,
-                    partition)
+                coordinator = broker.transaction_coordinator
+                version = ctx.api_version
+                if version >= ADD_PARTITION_VERSION:
+                    code = await coordinator.add_produced_partition(
+                        transactional_id, header.producer_id, header.producer_epoch, topic,
+                        partition)
+                else:
+                    code = coordinator.verify_produce(
+                        transactional_id, header.producer_id, header.producer_epoch, topic,
+                        partition)
+                if code is not ErrorCode.none:
+                    code = verification_error(code, version)
         if code is ErrorCode.none:
             try:
                 batch = records

@@ -18,6 +18,12 @@ answers these APIs with that code (it comes from verifying a partition, which on
 the brokers' AddPartitionsToTxn v4+ do), and neither does ours, so v4 is served as v3 and there
 is nothing to translate for older versions. AddPartitionsToTxn v4-v5 are the brokers' batched
 form (:func:`_add_partitions_batched`).
+
+EndTxn v5 and TxnOffsetCommit v5 are transaction version 2 (KIP-890 part 2, Kafka 4.0): EndTxn
+bumps the epoch and answers the producer id and epoch to go on with; TxnOffsetCommit adds the
+group's offsets partition to the transaction itself (the client sends no AddOffsetsToTxn). As in
+Kafka, the request version decides, not the finalized ``transaction.version``: a client uses
+these versions only once ApiVersions shows level 2 finalized.
 """
 
 from __future__ import annotations
@@ -155,20 +161,32 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, body: Any) -> Any:
                  error_code=fenced_for(ctx, code))
 
 
-@api_handler(END_TXN, 0, 4)
+#: EndTxn and TxnOffsetCommit from this version are transaction version 2's.
+TV2_END_TXN_VERSION = 5
+TV2_TXN_OFFSET_COMMIT_VERSION = 5
+
+
+@api_handler(END_TXN, 0, 5)
 async def handle_end_txn(ctx: RequestContext, body: Any) -> Any:
     module = response_module(END_TXN, ctx.api_version)
     if not _may_write_txn(ctx, body.transactional_id):
         code = ErrorCode.transactional_id_authorization_failed
+    elif ctx.api_version >= TV2_END_TXN_VERSION:
+        result = await ctx.broker.transaction_coordinator.end_txn_v2(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch),
+            bool(body.committed))
+        return build(module.EndTxnResponse, throttle_time=throttle(ctx),
+                     error_code=result.error, producer_id=result.producer_id,
+                     producer_epoch=result.producer_epoch)
     else:
         code = await ctx.broker.transaction_coordinator.end_txn(
             body.transactional_id, int(body.producer_id), int(body.producer_epoch),
             bool(body.committed))
     return build(module.EndTxnResponse, throttle_time=throttle(ctx),
-                 error_code=fenced_for(ctx, code))
+                 error_code=fenced_for(ctx, code), producer_id=-1, producer_epoch=-1)
 
 
-@api_handler(TXN_OFFSET_COMMIT, 0, 4)
+@api_handler(TXN_OFFSET_COMMIT, 0, 5)
 async def handle_txn_offset_commit(ctx: RequestContext, body: Any) -> Any:
     module = response_module(TXN_OFFSET_COMMIT, ctx.api_version)
     offsets: dict[tuple[str, int], OffsetCommitEntry] = {}
@@ -198,7 +216,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, body: Any) -> Any:
                 producer_id=int(body.producer_id), producer_epoch=int(body.producer_epoch),
                 generation_id=int(getattr(body, "generation_id", -1)),
                 member_id=getattr(body, "member_id", "") or "",
-                group_instance_id=getattr(body, "group_instance_id", None), offsets=rest))
+                group_instance_id=getattr(body, "group_instance_id", None), offsets=rest,
+                add_partition=ctx.api_version >= TV2_TXN_OFFSET_COMMIT_VERSION))
     topics = []
     for topic in body.topics:
         parts = tuple(build(module.TxnOffsetCommitResponsePartition,
