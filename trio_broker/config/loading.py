@@ -39,6 +39,17 @@ KAFKA_KEYS_WITHOUT_EFFECT = frozenset(
     }
 )
 
+#: Kafka keys that switch on a feature this broker does not implement: accepting them as
+#: ignored keys would leave the user believing the feature is on, so they fail at start-up.
+UNSUPPORTED_FEATURE_KEYS = {
+    "delegation.token.secret.key": "delegation tokens are not implemented (the token APIs "
+                                   "answer DELEGATION_TOKEN_AUTH_DISABLED, as Kafka without "
+                                   "this key); remove it",
+    "delegation.token.master.key": "delegation tokens are not implemented (the token APIs "
+                                   "answer DELEGATION_TOKEN_AUTH_DISABLED, as Kafka without "
+                                   "this key); remove it",
+}
+
 #: Old spellings Kafka still accepts, mapped to the key we store them under.
 KEY_ALIASES = {"broker.id": "node.id"}
 
@@ -138,6 +149,8 @@ def load_config(*sources: Mapping[str, str] | Iterable[tuple[str, str]]) -> Brok
                 if prefixed["key"] in _FIELDS:
                     _convert(key, _FIELDS[prefixed["key"]], text)  # fails here when malformed
                 security.setdefault(prefixed["listener"].lower(), {})[prefixed["key"]] = text
+            elif key in UNSUPPORTED_FEATURE_KEYS:
+                raise ConfigError(key, "<hidden>", UNSUPPORTED_FEATURE_KEYS[key])
             else:
                 ignored.append(key)
             continue

@@ -142,6 +142,10 @@ def error_response(api_key: int, api_version: int, request_body: Any,
     code = ErrorCode(error_code)
     if api_key in _SCRAM_CREDENTIALS:
         return _scram_credentials_error(api_key, api_version, request_body, code)
+    if api_key == _ALTER_REPLICA_LOG_DIRS:
+        return _alter_replica_log_dirs_error(api_version, request_body, code)
+    if api_key == _CREATE_DELEGATION_TOKEN:
+        return _create_delegation_token_error(api_version, code)
     override = _override(api_key, api_version)
     message = override_message(code) if override.message else None
     builder = _Builder(code, message, override)
@@ -150,6 +154,38 @@ def error_response(api_key: int, api_version: int, request_body: Any,
 
 #: DescribeUserScramCredentials and AlterUserScramCredentials: written by hand in Kafka too.
 _SCRAM_CREDENTIALS = (50, 51)
+_ALTER_REPLICA_LOG_DIRS, _CREATE_DELEGATION_TOKEN = 34, 38
+
+
+def _alter_replica_log_dirs_error(api_version: int, body: Any, code: ErrorCode) -> Any:
+    """AlterReplicaLogDirsRequest.getErrorResponse: one result per topic entry of every
+    directory, in request order (the directories flattened), each partition with the error."""
+    import sys
+
+    module = sys.modules[response_schema(_ALTER_REPLICA_LOG_DIRS, api_version).__module__]
+    return module.AlterReplicaLogDirsResponse(
+        throttle_time=datetime.timedelta(0), results=tuple(
+            module.AlterReplicaLogDirTopicResult(topic_name=topic.name, partitions=tuple(
+                module.AlterReplicaLogDirPartitionResult(partition_index=partition,
+                                                         error_code=code)
+                for partition in topic.partitions))
+            for directory in getattr(body, "dirs", None) or () for topic in directory.topics))
+
+
+def _create_delegation_token_error(api_version: int, code: ErrorCode) -> Any:
+    """CreateDelegationTokenRequest.getErrorResponse: ``prepareResponse`` with ANONYMOUS as
+    owner and requester, timestamps -1, no token id, an empty HMAC."""
+    import sys
+
+    module = sys.modules[response_schema(_CREATE_DELEGATION_TOKEN, api_version).__module__]
+    no_time = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
+    fields = dict(error_code=code, principal_type="User", principal_name="ANONYMOUS",
+                  issue_timestamp=no_time, expiry_timestamp=no_time, max_timestamp=no_time,
+                  token_id="", hmac=b"", throttle_time=datetime.timedelta(0))
+    if api_version >= 3:
+        fields.update(token_requester_principal_type="User",
+                      token_requester_principal_name="ANONYMOUS")
+    return module.CreateDelegationTokenResponse(**fields)
 
 
 def _scram_credentials_error(api_key: int, api_version: int, body: Any, code: ErrorCode) -> Any:

@@ -140,8 +140,15 @@ LEGACY: Final[tuple[Legacy, ...]] = (
     Legacy(32, 0, 1, request=(Drop("include_synonyms"),),
            response=(Drop("results.configs.config_source"), Drop("results.configs.synonyms"),
                      Add("results.configs.is_default", "read_only", "bool"))),
+    # AlterReplicaLogDirs v0: the same bytes as v1.
+    Legacy(34, 0, 1),
     # DescribeLogDirs v0: the same bytes as v1.
     Legacy(35, 0, 1),
+    # The delegation token APIs' v0: the same bytes as v1 (v1 changed the throttling).
+    Legacy(38, 0, 1),
+    Legacy(39, 0, 1),
+    Legacy(40, 0, 1),
+    Legacy(41, 0, 1),
 )
 
 
