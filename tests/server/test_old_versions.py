@@ -103,11 +103,12 @@ async def test_list_offsets_v0_answers_old_style_offsets(broker: Any) -> None:
         await client.aclose()
 
 
-def offset_commit(version: int, group: str, topic: str, offsets: dict[int, int]) -> Any:
+def offset_commit(version: int, group: str, topic: str, offsets: dict[int, int],
+                  commit_timestamp: int = -1) -> Any:
     m = mod(OFFSET_COMMIT, version)
     extra: dict[str, Any] = ({} if version == 0 else
                              {"generation_id_or_member_epoch": -1, "member_id": ""})
-    stamp: dict[str, Any] = {"commit_timestamp": -1} if version == 1 else {}
+    stamp: dict[str, Any] = {"commit_timestamp": commit_timestamp} if version == 1 else {}
     return m.OffsetCommitRequest(group_id=group, **extra, topics=(m.OffsetCommitRequestTopic(
         name=topic, partitions=tuple(
             m.OffsetCommitRequestPartition(partition_index=p, committed_offset=o,
@@ -147,6 +148,30 @@ async def test_offset_commit_and_fetch_v0_v1(broker: Any) -> None:
             # v0 changed nothing
             got = await client.request(OFFSET_FETCH, 1, offset_fetch(1, "g", "oc", (0,)))
             assert int(got.topics[0].partitions[0].committed_offset) == 7
+    finally:
+        await client.aclose()
+
+
+async def test_offset_commit_v1_keeps_the_clients_timestamp(broker: Any) -> None:
+    """OffsetAndMetadata.fromRequest: v1's commit_timestamp is the commit's time (-1: now), so
+    offsets.retention.minutes counts from it: a commit stamped two weeks ago expires at the
+    next check, the one stamped now stays."""
+    broker.broker.log_manager.create_topic("oc", 2)
+    groups = broker.broker.group_coordinator
+    weeks_ago = int(time.time() * 1000) - 14 * 24 * 3600 * 1000
+    client = await WireClient.connect(broker.port)
+    try:
+        with trio.fail_after(TIMEOUT):
+            for partition, stamp in ((0, weeks_ago), (1, -1)):
+                answer = await client.request(OFFSET_COMMIT, 1, offset_commit(
+                    1, "g", "oc", {partition: 5}, commit_timestamp=stamp))
+                assert answer.topics[0].partitions[0].error_code is E.none
+            stored = groups.groups["g"].offsets
+            assert stored[("oc", 0)].commit_timestamp_ms == weeks_ago
+            assert stored[("oc", 1)].commit_timestamp_ms > weeks_ago
+            assert groups.expire_offsets() == 1
+            got = await client.request(OFFSET_FETCH, 1, offset_fetch(1, "g", "oc", (0, 1)))
+            assert [int(p.committed_offset) for p in got.topics[0].partitions] == [-1, 5]
     finally:
         await client.aclose()
 

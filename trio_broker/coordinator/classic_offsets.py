@@ -107,7 +107,10 @@ def check_entries(entries: Iterable[tuple[TopicPartition, OffsetCommitEntry]],
               and len(metadata.encode("utf-8")) > max_metadata_bytes):
             results[tp] = E.offset_metadata_too_large
         else:
-            accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now)
+            # OffsetAndMetadata.fromRequest: a v1 client's timestamp is the commit's time,
+            # from which offsets.retention.minutes counts.
+            stamp = entry.commit_timestamp_ms if entry.commit_timestamp_ms >= 0 else now
+            accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, stamp)
 
 
 def _exists(partitions: PartitionCount, tp: TopicPartition) -> bool:

@@ -15,6 +15,8 @@ class OffsetCommitEntry:
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    #: OffsetCommit v1's client timestamp; -1 (every other version): the coordinator's clock.
+    commit_timestamp_ms: int = -1
 
 
 @attrs.frozen

@@ -74,8 +74,8 @@ def _needs_v9(ctx: RequestContext, coord: Any, body: Any) -> bool:
     return coord.consumer_groups.member_epoch(body.group_id, member_id)[1] is not None
 
 
-# v0 and v1 are Kafka 3.9's (legacy_schemas). v1's commit_timestamp is not kept: the group
-# coordinator stamps each commit with its own clock (docs/apis.md). v9 (KIP-848) has v8's
+# v0 and v1 are Kafka 3.9's (legacy_schemas); v1's commit_timestamp (-1: now) is the commit's
+# time, as Kafka 3.9 keeps it. v9 (KIP-848) has v8's
 # fields; the member epoch in generation_id_or_member_epoch is checked as in every version.
 @api_handler(OFFSET_COMMIT, 0, 9)
 async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
@@ -91,7 +91,7 @@ async def handle_offset_commit(ctx: RequestContext, body: Any) -> Any:
             await steps.tick()
             offsets[(topic.name, int(p.partition_index))] = OffsetCommitEntry(
                 int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
-                p.committed_metadata)
+                p.committed_metadata, int(getattr(p, "commit_timestamp", -1)))
     coord = coordinator(ctx)
     # KafkaApis.handleOffsetCommitRequest: READ on the group, then READ on each topic.
     denied: dict[tuple[str, int], int] = {}
