@@ -44,9 +44,11 @@ async def add_offsets(client: WireClient, pid: int, epoch: int) -> Any:
     return answer.error_code
 
 
-async def txn_offset_commit(client: WireClient, pid: int, epoch: int, offset: int) -> Any:
-    m = mod(TXN_OFFSET_COMMIT, 4)
-    answer = await client.request(TXN_OFFSET_COMMIT, 4, m.TxnOffsetCommitRequest(
+async def txn_offset_commit(client: WireClient, pid: int, epoch: int, offset: int,
+                            version: int = 4) -> Any:
+    """TxnOffsetCommit of ``tx`` for group ``g``: ``[(topic, partition, error)]``."""
+    m = mod(TXN_OFFSET_COMMIT, version)
+    answer = await client.request(TXN_OFFSET_COMMIT, version, m.TxnOffsetCommitRequest(
         transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
         generation_id=-1, member_id="", group_instance_id=None,
         topics=(m.TxnOffsetCommitRequestTopic(name="t", partitions=(

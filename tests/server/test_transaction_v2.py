@@ -15,11 +15,11 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from tests.kafka_wire import WireClient
+from tests.server.test_kip890_versions import txn_offset_commit
 from tests.server.test_transaction_frames import (
     END_TXN,
     FETCH,
     PRODUCE,
-    TXN_OFFSET_COMMIT,
     init_pid,
     mod,
     offset_fetch,
@@ -48,18 +48,6 @@ async def end_txn(client: WireClient, pid: int, epoch: int, commit: bool
     answer = await client.request(END_TXN, 5, m.EndTxnRequest(
         transactional_id="tx", producer_id=pid, producer_epoch=epoch, committed=commit))
     return answer.error_code, int(answer.producer_id), int(answer.producer_epoch)
-
-
-async def txn_offset_commit(client: WireClient, pid: int, epoch: int, offset: int) -> Any:
-    m = mod(TXN_OFFSET_COMMIT, 5)
-    answer = await client.request(TXN_OFFSET_COMMIT, 5, m.TxnOffsetCommitRequest(
-        transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
-        generation_id=-1, member_id="", group_instance_id=None,
-        topics=(m.TxnOffsetCommitRequestTopic(name="t", partitions=(
-            m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
-                                              committed_leader_epoch=-1,
-                                              committed_metadata=""),)),)))
-    return answer.topics[0].partitions[0].error_code
 
 
 async def batches(client: WireClient) -> list[tuple[int, bool, int]]:
@@ -97,7 +85,7 @@ async def test_a_transaction_of_version_2_from_produce_to_epoch_bump(start_broke
         assert await produce(client, 11, pid, epoch, 0, 1) is E.transaction_abortable
         assert await produce(client, 10, pid, epoch, 0, 1) is E.invalid_txn_state
         # TxnOffsetCommit v5 adds __consumer_offsets' partition of the group itself.
-        assert await txn_offset_commit(client, pid, epoch, 2) is E.none
+        assert await txn_offset_commit(client, pid, epoch, 2, version=5) == [("t", 0, E.none)]
         assert len(coordinator.transactions["tx"].partitions) == 2
 
         # The commit bumps the epoch and answers it; a retry with the old epoch gets the same.

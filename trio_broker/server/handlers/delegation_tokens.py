@@ -77,20 +77,21 @@ async def handle_create_delegation_token(ctx: RequestContext, body: Any) -> Any:
                  hmac=b"", throttle_time=throttle(ctx))
 
 
+def _expiry_answer(ctx: RequestContext, api_key: int, response: str) -> Any:
+    """Renew's and Expire's answer: the error and an expiry time."""
+    code = _refusal(ctx)
+    return build(getattr(response_module(api_key, ctx.api_version), response), error_code=code,
+                 expiry_timestamp=_time_of(code), throttle_time=throttle(ctx))
+
+
 @api_handler(RENEW_DELEGATION_TOKEN, 0, 2)
 async def handle_renew_delegation_token(ctx: RequestContext, body: Any) -> Any:
-    module = response_module(RENEW_DELEGATION_TOKEN, ctx.api_version)
-    code = _refusal(ctx)
-    return build(module.RenewDelegationTokenResponse, error_code=code,
-                 expiry_timestamp=_time_of(code), throttle_time=throttle(ctx))
+    return _expiry_answer(ctx, RENEW_DELEGATION_TOKEN, "RenewDelegationTokenResponse")
 
 
 @api_handler(EXPIRE_DELEGATION_TOKEN, 0, 2)
 async def handle_expire_delegation_token(ctx: RequestContext, body: Any) -> Any:
-    module = response_module(EXPIRE_DELEGATION_TOKEN, ctx.api_version)
-    code = _refusal(ctx)
-    return build(module.ExpireDelegationTokenResponse, error_code=code,
-                 expiry_timestamp=_time_of(code), throttle_time=throttle(ctx))
+    return _expiry_answer(ctx, EXPIRE_DELEGATION_TOKEN, "ExpireDelegationTokenResponse")
 
 
 @api_handler(DESCRIBE_DELEGATION_TOKEN, 0, 3)
