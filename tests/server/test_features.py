@@ -87,13 +87,23 @@ def test_refusals_name_the_feature_and_level(feature: str, level: int, kind: Upg
         f"Invalid update version {level} for feature {feature}. {reason}"
 
 
-def test_metadata_version_downgrades_are_refused() -> None:
-    assert problem(METADATA_VERSION, 24, SAFE) == (
-        "Invalid metadata.version 24. Refusing to perform the requested downgrade because it "
+def test_metadata_version_downgrades_only_across_unchanged_metadata() -> None:
+    # 24 and 25 changed no metadata records; 23 (4.0-IV1) did: down to 23 is safe, below not.
+    assert problem(METADATA_VERSION, 24, SAFE) is None
+    assert problem(METADATA_VERSION, 23, SAFE) is None
+    assert problem(METADATA_VERSION, 23, UNSAFE) is None
+    assert problem(METADATA_VERSION, 22, SAFE) == (
+        "Invalid metadata.version 22. Refusing to perform the requested downgrade because it "
         "might delete metadata information.")
     assert problem(METADATA_VERSION, 7, UNSAFE) == (
         "Invalid metadata.version 7. Unsafe metadata downgrade is not supported in this version.")
     assert problem(METADATA_VERSION, 25, UP) is None  # the same level: accepted
+    # From 16 (3.7-IV1): 16 itself changed nothing, 15 did; 17 did, so up then down is refused.
+    at_16 = fresh().applied([FeatureUpdate(METADATA_VERSION, 16, SAFE)])
+    assert problem(METADATA_VERSION, 15, SAFE, at_16) is None
+    assert problem(METADATA_VERSION, 14, SAFE, at_16) is not None
+    at_18 = fresh().applied([FeatureUpdate(METADATA_VERSION, 18, SAFE)])
+    assert problem(METADATA_VERSION, 16, SAFE, at_18) is not None
 
 
 def test_kraft_version_goes_up_but_never_down() -> None:

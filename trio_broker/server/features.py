@@ -10,8 +10,9 @@ What is finalized, and why (docs/apis.md, "Features and quorum"):
 
 - ``metadata.version`` 25 (``4.0-IV3``), the newest production level of Kafka 4.0, supported from
   7 (``3.3-IV3``, the lowest a 4.x node accepts) to 25. Levels above 25 name metadata records of
-  Kafka 4.1+ that this broker has no notion of. A downgrade is refused, as Kafka refuses one
-  that might delete metadata information.
+  Kafka 4.1+ that this broker has no notion of. A downgrade is allowed, as in Kafka, only across
+  levels that did not change the metadata records (:data:`METADATA_CHANGED`): from 25 to 24 or
+  23, not below ``4.0-IV1``.
 - ``kraft.version`` 0: the node is the single static voter of its quorum. Level 1 (KIP-853's
   dynamic quorum) may be finalized by an upgrade; it cannot be downgraded again, as in Kafka.
 - ``group.version`` 1: the consumer rebalance protocol (KIP-848) is implemented. Level 0 hides
@@ -43,6 +44,10 @@ METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
+
+#: The ``metadata.version`` levels from 7 whose ``MetadataVersion`` changed the metadata records
+#: (its ``didMetadataChange``): a downgrade across one of them might lose metadata.
+METADATA_CHANGED = frozenset({7, 8, 11, 13, 14, 15, 17, 23})
 
 #: KIP-848's consumer protocol needs ``group.version`` 1 (``GroupVersion.GV_1``).
 CONSUMER_PROTOCOL_GROUP_VERSION = 1
@@ -222,9 +227,10 @@ def update_problem(state: FeatureState, update: FeatureUpdate, node_id: int) -> 
         return _invalid(name, level, "Can't downgrade to a newer version.")
     if name == KRAFT_VERSION and kind is not UpgradeType.UPGRADE and level != current:
         return _invalid(name, level, "Can't downgrade the version of this feature.")
-    if name == METADATA_VERSION and level < current:
-        # Kafka lets a downgrade through only across levels that did not change the metadata
-        # records; the level here is the one that matches what this node serves: all refused.
+    if name == METADATA_VERSION and level < current and any(
+            changed in METADATA_CHANGED for changed in range(level + 1, current + 1)):
+        # MetadataVersion.checkIfMetadataChanged: a level above the target, up to the current
+        # one, changed the metadata records.
         if kind is UpgradeType.UNSAFE_DOWNGRADE:
             return (f"Invalid metadata.version {level}. Unsafe metadata downgrade is not "
                     "supported in this version.")
