@@ -124,7 +124,7 @@ async def test_broker_api_versions(broker: Any) -> None:
     assert lines[0] == f"{b} (id: 1 rack: null) -> ("
     assert re.fullmatch(r"\tProduce\(0\): \d+ to \d+ \[usable: \d+\],", lines[1])
     assert "\tOffsetDelete(47): 0 [usable: 0]," in lines  # min == max: one number
-    assert "\tCreateDelegationToken(38): UNSUPPORTED," in lines  # known here, not served
+    assert "\tPushTelemetry(72): UNSUPPORTED," in lines  # known here, not served
     assert not any(line.startswith("\tVote(") for line in lines)  # controller-only
     assert lines[-1] == ")" and not lines[-2].endswith(",")
     keys = [int(m.group(1)) for line in lines[1:-1] if (m := re.search(r"\((\d+)\):", line))]
