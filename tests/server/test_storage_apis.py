@@ -111,7 +111,7 @@ async def test_describe_log_dirs(start_broker: Any) -> None:
         client = await WireClient.connect(running.port)
         await client.request(PRODUCE, 9, produce("a", 1, data))
         await client.request(PRODUCE, 9, produce("a", 1, data))
-        for version in (1, 2, 3, 4):
+        for version in (1, 2, 3, 4, 5):
             m = mod(DESCRIBE_LOG_DIRS, version)
             got = await client.request(DESCRIBE_LOG_DIRS, version,
                                        m.DescribeLogDirsRequest(topics=None))
@@ -125,6 +125,8 @@ async def test_describe_log_dirs(start_broker: Any) -> None:
             assert sizes[("a", 0)] == sizes[("b", 0)] == (0, 0)
             if version >= 4:
                 assert result.total_bytes > 0 and 0 <= result.usable_bytes <= result.total_bytes
+            if version >= 5:
+                assert result.is_cordoned is False  # KIP-1066: no cordoned.log.dirs here
             # only the requested partitions that exist
             got = await client.request(DESCRIBE_LOG_DIRS, version, m.DescribeLogDirsRequest(
                 topics=(m.DescribableLogDirTopic(topic="a", partitions=(1, 7)),

@@ -15,7 +15,9 @@ from ._admin import build, response_module, throttle
 
 DESCRIBE_LOG_DIRS = 35
 MIN_VERSION = 0  # v0: Kafka 3.9 (legacy_schemas)
-MAX_VERSION = 4
+#: v5 (KIP-1066) adds ``is_cordoned``: a directory taking no new partitions. Kafka's
+#: ``cordoned.log.dirs`` is empty by default, and there is no such key here: never cordoned.
+MAX_VERSION = 5
 
 
 @api_handler(DESCRIBE_LOG_DIRS, MIN_VERSION, MAX_VERSION)
@@ -56,6 +58,6 @@ async def handle_describe_log_dirs(ctx: RequestContext, body: Any) -> Any:
         log_dir=str(lm.data_dir.resolve()),
         topics=tuple(build(module.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
                      for name, parts in by_topic.items()),
-        total_bytes=total, usable_bytes=usable)
+        total_bytes=total, usable_bytes=usable, is_cordoned=False)
     return build(module.DescribeLogDirsResponse, throttle_time=throttle(ctx),
                  error_code=ErrorCode.none, results=(result,))
