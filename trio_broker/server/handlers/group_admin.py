@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...coordinator.group import GroupState
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -57,8 +58,14 @@ async def handle_list_groups(ctx: RequestContext, body: Any) -> Any:
                               for gid, ptype, state, gtype in listed))
 
 
-@api_handler(DESCRIBE_GROUPS, 0, 5)
+#: From v6 (KIP-1043) an unknown group, or one that is not a classic group, is
+#: GROUP_ID_NOT_FOUND with a message; below, a Dead group with no error.
+GROUP_NOT_FOUND_VERSION = 6
+
+
+@api_handler(DESCRIBE_GROUPS, 0, 6)
 async def handle_describe_groups(ctx: RequestContext, body: Any) -> Any:
+    """As Kafka 4's GroupMetadataManager.describeGroups: classic groups only."""
     cls = response_class(ctx)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
@@ -80,15 +87,21 @@ async def handle_describe_groups(ctx: RequestContext, body: Any) -> Any:
                                    protocol_data="", members=(),
                                    authorized_operations=operations))
             continue
-        if group_id in coord.consumer_groups.groups:
-            # Kafka 4: DescribeGroups only describes classic groups.
-            described.append(build(group_cls, error_code=ErrorCode.group_id_not_found,
-                                   error_message=f"Group {group_id} is not a classic group.",
-                                   group_id=group_id, group_state="", protocol_type="",
-                                   protocol_data="", members=(),
-                                   authorized_operations=operations))
-            continue
         summary = coord.describe_group(group_id)
+        missing = None
+        if group_id in coord.consumer_groups.groups:
+            missing = f"Group {group_id} is not a classic group."
+        elif summary.error == ErrorCode.none and summary.state == GroupState.DEAD.value:
+            missing = f"Group {group_id} not found."
+        if missing is not None:
+            # GroupIdNotFoundException: a Dead group, and from v6 the error and its message.
+            found = ctx.api_version < GROUP_NOT_FOUND_VERSION
+            described.append(build(
+                group_cls, error_code=ErrorCode.none if found else ErrorCode.group_id_not_found,
+                error_message=None if found else missing, group_id=group_id,
+                group_state=GroupState.DEAD.value, protocol_type="", protocol_data="", members=(),
+                authorized_operations=operations))
+            continue
         described.append(build(
             group_cls, error_code=ErrorCode(summary.error), group_id=group_id,
             group_state=summary.state, protocol_type=summary.protocol_type,
