@@ -90,6 +90,15 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The value below which ``pct`` % of ``values`` lie (the sample at that rank; NaN when
+    there is none)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return float(ordered[min(len(ordered) - 1, int(pct / 100 * len(ordered)))])
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -47,7 +47,7 @@ from trio_broker.protocol import records as rb
 from trio_broker.protocol.codec import decode_response, encode_request
 from trio_broker.protocol.framing import FrameDecoder
 
-from .common import BenchResult, Figure, rss_bytes, running_broker
+from .common import BenchResult, Figure, percentile, rss_bytes, running_broker
 from .wire import api_versions_frame
 
 PROBE_INTERVAL = 0.020
@@ -300,8 +300,7 @@ class LoadResult:
 
     @property
     def p99_ms(self) -> float:
-        ordered = sorted(self.waits_ms)
-        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+        return percentile(self.waits_ms, 99) if self.waits_ms else 0.0
 
     @property
     def worst_ms(self) -> float:

@@ -16,7 +16,12 @@ with every round's ratio as the spread and the windows' MB/s medians beside it. 
 also: the light producers' answered requests/s and errors, the broker's idle gauges
 (``metrics_snapshot`` every second: NetworkProcessorAvgIdlePercent,
 RequestHandlerAvgIdlePercent), and the CPU (% of one core) of the broker, the heavy producer's
-process and the light producers' process, read from /proc.
+process and the light producers' process, read from /proc; and the light producers' answer
+latency (send to answer), its 99th percentile per mixed window.
+
+Then the same schedule runs against the reference broker (tansu, memory storage; skipped with
+``--no-reference``): issue 35 asks for the heavy producer's mixed MB/s at >= 1.5x tansu's and
+the light producers' p99 at <= 20 ms.
 """
 
 from __future__ import annotations
@@ -45,10 +50,11 @@ from .common import (
     Figure,
     bench_env,
     median,
+    percentile,
     raise_fd_limit,
     stop_process,
 )
-from .reference import cpu_seconds
+from .reference import Tansu, cpu_seconds, obtain_tansu
 from .throughput import MB, VALUE_SIZE, create_topic
 from .wire import FrameCounter, api_versions_frame, read_one_frame
 
@@ -81,6 +87,8 @@ class LightStats:
     sent: int = 0
     answered: int = 0
     errors: int = 0
+    #: Milliseconds from each request's send to its answer since the last stats line.
+    latencies_ms: list[float] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -109,6 +117,7 @@ async def _light_connection(port: int, frame: bytes, stats: LightStats, switch: 
                     await trio.sleep(random.random())
                     next_at = trio.current_time()
                 stats.sent += 1
+                sent_at = trio.current_time()
                 await stream.send_all(frame)
                 got = 0
                 while not got:
@@ -118,6 +127,7 @@ async def _light_connection(port: int, frame: bytes, stats: LightStats, switch: 
                         return
                     got = frames.feed(data)
                 stats.answered += got
+                stats.latencies_ms.append(round((trio.current_time() - sent_at) * 1000, 3))
                 next_at += 1.0
                 await trio.sleep_until(next_at)
         except (trio.BrokenResourceError, OSError):
@@ -138,6 +148,7 @@ async def _light_main(port: int, count: int) -> None:
         async def report() -> None:
             while True:
                 print(json.dumps(attrs.asdict(stats)), flush=True)
+                stats.latencies_ms = []
                 await trio.sleep(1)
 
         nursery.start_soon(report)
@@ -157,7 +168,9 @@ class LightProcess:
             [sys.executable, "-m", "bench.many_producers", "--light-process", str(count),
              "--port", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, cwd=str(REPO_ROOT), env=bench_env())
-        self.last: dict[str, int] = {}
+        self.last: dict[str, Any] = {}
+        #: (wall time a stats line arrived, the latencies it reported)
+        self.latencies: list[tuple[float, list[float]]] = []
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()
         if line != "ready":
@@ -171,9 +184,15 @@ class LightProcess:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.last = json.loads(line)
+            self.latencies.append((time.time(), self.last.get("latencies_ms", [])))
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         return dict(self.last)
+
+    def latencies_between(self, since: float, until: float) -> list[float]:
+        """The answers' latencies reported by the stats lines that arrived in a window (the
+        lines come once a second: the window's edges are as precise as that)."""
+        return [ms for at, batch in list(self.latencies) if since <= at <= until for ms in batch]
 
     def switch(self, on: bool) -> None:
         assert self.process.stdin is not None
@@ -206,6 +225,8 @@ class Window:
     light_cpu: float = 0.0
     #: % of the window the broker's event-loop thread was runnable but waiting for a CPU
     broker_wait: float = 0.0
+    #: The light producers' answer latency in the window, 99th percentile (ms)
+    light_p99_ms: float = float("nan")
 
 
 def runqueue_wait(pid: int) -> float:
@@ -276,6 +297,10 @@ def drive(bootstrap: str, light: LightProcess | None, broker_pid: int, seconds: 
             before = readings["stats"]
             window.light_rate = (after.get("answered", 0) - before.get("answered", 0)) / elapsed
             window.light_errors = after.get("errors", 0)
+            if mixed:
+                # The stats line of the window's last second arrives just after it ends.
+                window.light_p99_ms = percentile(
+                    light.latencies_between(window.since + 1.0, window.until + 1.0), 99)
         windows.append(window)
         spans.append((timed_from, timed_until))
     if light is not None:
@@ -309,6 +334,27 @@ def _snapshots(log_path: Path, since: float, until: float) -> dict[str, float]:
     return {key: value / count for key, value in sums.items()} if count else {}
 
 
+def measure_tansu(light: int, seconds: float, settle: float, rounds: int) -> list[Window]:
+    """The same schedule against the reference broker (tansu, memory storage), or [] when its
+    binary cannot be had."""
+    binary, _how = obtain_tansu()
+    if binary is None:
+        return []
+    raise_fd_limit()
+    broker = Tansu(binary).start()
+    try:
+        create_topic(broker.bootstrap, HEAVY_TOPIC)
+        create_topic(broker.bootstrap, LIGHT_TOPIC)
+        process = LightProcess(broker.port, light) if light else None
+        try:
+            return drive(broker.bootstrap, process, broker.pid, seconds, settle, rounds)
+        finally:
+            if process is not None:
+                process.stop()
+    finally:
+        broker.stop()
+
+
 def measure(light: int, seconds: float, settle: float, rounds: int,
             overrides: dict[str, str] | None = None) -> list[Window]:
     """One broker, the light producers connected first, then the alternating windows."""
@@ -336,15 +382,22 @@ def measure(light: int, seconds: float, settle: float, rounds: int,
     return windows
 
 
+#: Issue 35's goals for the mixed run: the heavy producer's MB/s against the reference
+#: broker's in the same run, and the light producers' answer latency.
+REFERENCE_TARGET = 1.5
+LIGHT_P99_TARGET_MS = 20.0
+
+
 def run(quick: bool, light: int | None = None, seconds: float | None = None,
         rounds: int | None = None, settle: float | None = None,
-        overrides: dict[str, str] | None = None) -> BenchResult:
+        overrides: dict[str, str] | None = None, reference: bool = True) -> BenchResult:
     light = light or (50 if quick else 1000)
     seconds = seconds or (1.5 if quick else 10.0)
     settle = settle if settle is not None else (0.5 if quick else 3.0)
     rounds = rounds or (1 if quick else 5)
     result = BenchResult("many_producers")
     windows = measure(light, seconds, settle, rounds, overrides)
+    tansu = measure_tansu(light, seconds, settle, rounds) if reference else []
     phases = {"solo": [w for w in windows if not w.mixed],
               "mixed": [w for w in windows if w.mixed]}
     solo = median([w.heavy_mbps for w in phases["solo"]])
@@ -374,6 +427,29 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
                f"{max(w.light_errors for w in windows)}; windows: "
                + rounds_of("mixed", lambda w: w.light_rate)),
     ]
+    p99s = [w.light_p99_ms for w in phases["mixed"]]
+    worst_p99 = max(p99s)
+    result.figures.append(Figure(
+        "light producers' answer latency p99 (worst mixed window)", worst_p99, "ms",
+        target=f"<= {LIGHT_P99_TARGET_MS:.0f} ms", met=worst_p99 <= LIGHT_P99_TARGET_MS,
+        note="windows: " + ", ".join(f"{p:.1f}" for p in p99s)))
+    if tansu:
+        ref_mixed = median([w.heavy_mbps for w in tansu if w.mixed])
+        ref_solo = median([w.heavy_mbps for w in tansu if not w.mixed])
+        versus = mixed / ref_mixed if ref_mixed else 0.0
+        ref_p99s = [w.light_p99_ms for w in tansu if w.mixed]
+        result.figures += [
+            Figure(f"heavy producer with {light} light ones, against tansu", mixed, "MB/s",
+                   "tansu, same schedule", ref_mixed, target=f">= {REFERENCE_TARGET}x tansu",
+                   met=versus >= REFERENCE_TARGET,
+                   note="tansu windows: mixed "
+                   + ", ".join(f"{w.heavy_mbps:.0f}" for w in tansu if w.mixed)
+                   + ", alone " + ", ".join(f"{w.heavy_mbps:.0f}" for w in tansu if not w.mixed)
+                   + f" (median alone {ref_solo:.0f}); tansu's light p99 "
+                   + ", ".join(f"{p:.1f}" for p in ref_p99s) + " ms; tansu's CPU mixed "
+                   + ", ".join(f"{w.broker_cpu:.0f}" for w in tansu if w.mixed)
+                   + " % of a core"),
+        ]
     # What a light request costs the broker, assuming its CPU for the heavy producer scales
     # with the heavy MB: (mixed CPU - solo CPU x mixed MB / solo MB) / light requests.
     costs = [(m.broker_cpu - s.broker_cpu * m.heavy_mbps / s.heavy_mbps) / 100 / m.light_rate
@@ -421,6 +497,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting (repeatable)")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the same schedule against tansu")
     parser.add_argument("--light-process", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -429,7 +507,8 @@ def main() -> None:
         trio.run(_light_main, args.port, args.light_process)
         return
     overrides = dict(item.split("=", 1) for item in args.override)
-    result = run(False, args.light, args.seconds, args.rounds, args.settle, overrides)
+    result = run(False, args.light, args.seconds, args.rounds, args.settle, overrides,
+                 reference=not args.no_reference)
     for figure in result.figures:
         ratio = figure.ratio
         base = "" if figure.baseline_value is None else \
