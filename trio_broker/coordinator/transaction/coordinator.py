@@ -374,7 +374,9 @@ class TransactionCoordinator:
                                            group_id, sm.TV2)
             if error:
                 return everywhere(error)
-            meta = self._txns[transactional_id]
+            meta = self._txns.get(transactional_id)
+            if meta is None:  # expired while the write was in flight
+                return everywhere(E.invalid_producer_id_mapping)
         if (meta.state is not TxnState.ONGOING
                 or self.offsets_partition(group_id) not in meta.partitions):
             # AddOffsetsToTxn must come first, or the offsets would never be completed.
