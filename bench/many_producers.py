@@ -343,16 +343,23 @@ def measure_tansu(light: int, seconds: float, settle: float, rounds: int) -> lis
     raise_fd_limit()
     broker = Tansu(binary).start()
     try:
-        create_topic(broker.bootstrap, HEAVY_TOPIC)
-        create_topic(broker.bootstrap, LIGHT_TOPIC)
-        process = LightProcess(broker.port, light) if light else None
-        try:
-            return drive(broker.bootstrap, process, broker.pid, seconds, settle, rounds)
-        finally:
-            if process is not None:
-                process.stop()
+        return _schedule(broker.bootstrap, broker.port, broker.pid, light, seconds, settle,
+                         rounds)
     finally:
         broker.stop()
+
+
+def _schedule(bootstrap: str, port: int, pid: int, light: int, seconds: float, settle: float,
+              rounds: int) -> list[Window]:
+    """The topics, the light producers connected, then the alternating windows (any broker)."""
+    create_topic(bootstrap, HEAVY_TOPIC)
+    create_topic(bootstrap, LIGHT_TOPIC)
+    process = LightProcess(port, light) if light else None
+    try:
+        return drive(bootstrap, process, pid, seconds, settle, rounds)
+    finally:
+        if process is not None:
+            process.stop()
 
 
 def measure(light: int, seconds: float, settle: float, rounds: int,
@@ -364,14 +371,8 @@ def measure(light: int, seconds: float, settle: float, rounds: int,
                                             **(overrides or {})})
         broker.start()
         try:
-            create_topic(broker.bootstrap, HEAVY_TOPIC)
-            create_topic(broker.bootstrap, LIGHT_TOPIC)
-            process = LightProcess(broker.port, light) if light else None
-            try:
-                windows = drive(broker.bootstrap, process, broker.pid, seconds, settle, rounds)
-            finally:
-                if process is not None:
-                    process.stop()
+            windows = _schedule(broker.bootstrap, broker.port, broker.pid, light, seconds,
+                                settle, rounds)
         finally:
             broker.stop()
         for window in windows:

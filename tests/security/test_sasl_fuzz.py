@@ -4,6 +4,7 @@ or a handler of a real broker."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import scramp
@@ -90,6 +91,23 @@ def test_random_tokens_over_the_wire_never_crash_the_connection(
     """A whole broker per example (each runs its own trio.run): handshake, then random tokens;
     the broker answers or closes, and neither a handler nor a connection task fails."""
 
+    async def talk(client: WireClient) -> None:
+        with trio.fail_after(10):
+            await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
+            for token in steps:
+                response = await client.request(
+                    AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
+                if response.error_code:
+                    break
+
+    survives(tmp_path, log_events, talk)
+
+
+def survives(tmp_path: Any, log_events: Any,
+             talk: Callable[[WireClient], Awaitable[None]]) -> None:
+    """A whole SASL broker in its own trio.run for one client that ``talk``s to it; the broker
+    may close the connection at any point, but no handler or connection task may fail."""
+
     async def main() -> None:
         config = load_config({**TEST_DEFAULTS, **sasl_settings(
             **{"connection.failed.authentication.delay.ms": "0"}), "log.dirs": str(tmp_path)})
@@ -97,18 +115,12 @@ def test_random_tokens_over_the_wire_never_crash_the_connection(
         async with trio.open_nursery() as nursery:
             await nursery.start(app.serve)
             client = await WireClient.connect(app.listeners[0].port)
-            with trio.fail_after(10):
-                try:
-                    await client.request(HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
-                    for token in steps:
-                        response = await client.request(
-                            AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
-                        if response.error_code:
-                            break
-                except trio.BrokenResourceError:
-                    pass  # the broker closed the connection: allowed
-                finally:
-                    await client.aclose()
+            try:
+                await talk(client)
+            except trio.BrokenResourceError:
+                pass  # the broker closed the connection: allowed
+            finally:
+                await client.aclose()
             await app.shutdown()
 
     trio.run(main)

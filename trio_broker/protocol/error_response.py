@@ -155,6 +155,8 @@ def error_response(api_key: int, api_version: int, request_body: Any,
 #: DescribeUserScramCredentials and AlterUserScramCredentials: written by hand in Kafka too.
 _SCRAM_CREDENTIALS = (50, 51)
 _ALTER_REPLICA_LOG_DIRS, _CREATE_DELEGATION_TOKEN = 34, 38
+#: Kafka's "no time" in a timestamp field (``DelegationTokenManager.ErrorTimestamp``): -1 ms.
+NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 
 
 def _alter_replica_log_dirs_error(api_version: int, body: Any, code: ErrorCode) -> Any:
@@ -178,9 +180,8 @@ def _create_delegation_token_error(api_version: int, code: ErrorCode) -> Any:
     import sys
 
     module = sys.modules[response_schema(_CREATE_DELEGATION_TOKEN, api_version).__module__]
-    no_time = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
     fields = dict(error_code=code, principal_type="User", principal_name="ANONYMOUS",
-                  issue_timestamp=no_time, expiry_timestamp=no_time, max_timestamp=no_time,
+                  issue_timestamp=NO_TIME, expiry_timestamp=NO_TIME, max_timestamp=NO_TIME,
                   token_id="", hmac=b"", throttle_time=datetime.timedelta(0))
     if api_version >= 3:
         fields.update(token_requester_principal_type="User",

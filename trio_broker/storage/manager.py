@@ -504,6 +504,11 @@ class LogManager:
     def topics(self) -> Mapping[str, TopicInfo]:
         return self._topics
 
+    def names_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id (KIP-516), for a request that names topics by id:
+        built once per request, never per entry."""
+        return {info.topic_id: name for name, info in self._topics.items()}
+
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str] = {},  # noqa: B006
                      *, validate_only: bool = False, internal: bool = False) -> TopicInfo:
         """Create a topic and its (empty) partition logs, on the calling thread (the broker's

@@ -288,18 +288,28 @@ class TransactionCoordinator:
         translates them for its client's version."""
         if not self.is_active:
             return E.none  # no coordinator running (an embedded test broker): nothing to check
-        meta = self._txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return E.invalid_producer_id_mapping
-        if producer_epoch != meta.producer_epoch:
-            # Newer too (Kafka's verification answers PRODUCER_FENCED unless exactly equal): a
-            # forged epoch written first would fence the real producer on the partition.
-            return E.producer_fenced
-        if meta.in_prepare:
-            return E.concurrent_transactions
+        error, meta = self._verifiable(transactional_id, producer_id, producer_epoch)
+        if error:
+            return error
+        assert meta is not None
         if meta.state is not TxnState.ONGOING or (topic, partition) not in meta.partitions:
             return E.transaction_abortable
         return E.none
+
+    def _verifiable(self, transactional_id: str, producer_id: int, producer_epoch: int
+                    ) -> tuple[ErrorCode, TxnMetadata | None]:
+        """Kafka's checks before verifying partitions: the producer's id, its exact epoch, no
+        transaction being ended; the metadata when they pass."""
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return E.invalid_producer_id_mapping, None
+        if producer_epoch != meta.producer_epoch:
+            # Newer too (Kafka's verification answers PRODUCER_FENCED unless exactly equal): a
+            # forged epoch written first would fence the real producer on the partition.
+            return E.producer_fenced, None
+        if meta.in_prepare:
+            return E.concurrent_transactions, None
+        return E.none, meta
 
     async def add_produced_partition(self, transactional_id: str, producer_id: int,
                                      producer_epoch: int, topic: str, partition: int
@@ -322,16 +332,13 @@ class TransactionCoordinator:
         wanted = list(partitions)
         if not transactional_id:
             return dict.fromkeys(wanted, E.invalid_request)
-        meta = self._txns.get(transactional_id)
         error = self._ready()
+        meta = None
+        if not error:
+            error, meta = self._verifiable(transactional_id, producer_id, producer_epoch)
         if error:
             return dict.fromkeys(wanted, error)
-        if meta is None or meta.producer_id != producer_id:
-            return dict.fromkeys(wanted, E.invalid_producer_id_mapping)
-        if producer_epoch != meta.producer_epoch:
-            return dict.fromkeys(wanted, E.producer_fenced)
-        if meta.in_prepare:
-            return dict.fromkeys(wanted, E.concurrent_transactions)
+        assert meta is not None
         return {tp: E.none if tp in meta.partitions else E.transaction_abortable for tp in wanted}
 
     def offsets_partition(self, group_id: str) -> TopicPartition:

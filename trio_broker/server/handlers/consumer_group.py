@@ -29,10 +29,6 @@ def _may_describe(ctx: RequestContext, topic: str) -> bool:
     return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_if_denied=False)
 
 
-def _names_by_id(ctx: RequestContext) -> dict[Any, str]:
-    return {info.topic_id: name for name, info in ctx.broker.log_manager.topics.items()}
-
-
 def _topic_partitions(ctx: RequestContext, cls: type[Any], partitions: Partitions,
                       with_names: bool = False) -> tuple[Any, ...]:
     topics = ctx.broker.log_manager.topics
@@ -114,7 +110,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, body: Any) -> Any
         return answer(ErrorCode.invalid_request, invalid)
     owned: Partitions | None = None
     if body.topic_partitions is not None:
-        names = _names_by_id(ctx)
+        names = ctx.broker.log_manager.names_by_id()
         # Partitions of topics deleted meanwhile are no longer owned by anyone.
         owned = frozenset((names[t.topic_id], int(p)) for t in body.topic_partitions
                           if t.topic_id in names for p in t.partitions)

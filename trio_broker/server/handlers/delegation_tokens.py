@@ -26,6 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...protocol.error_response import NO_TIME
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -34,13 +35,11 @@ from ._admin import build, response_module, throttle
 CREATE_DELEGATION_TOKEN, RENEW_DELEGATION_TOKEN = 38, 39
 EXPIRE_DELEGATION_TOKEN, DESCRIBE_DELEGATION_TOKEN = 40, 41
 
-#: Kafka's ``DelegationTokenManager.ErrorTimestamp``: -1 ms.
-_NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 _DEFAULT_TIME = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
 
 
 def _time_of(code: ErrorCode) -> datetime.datetime:
-    return _DEFAULT_TIME if code is ErrorCode.delegation_token_auth_disabled else _NO_TIME
+    return _DEFAULT_TIME if code is ErrorCode.delegation_token_auth_disabled else NO_TIME
 
 
 def _refusal(ctx: RequestContext) -> ErrorCode:

@@ -63,8 +63,8 @@ async def handle_delete_topics(ctx: RequestContext, body: Any) -> Any:
                 "Topic deletion is disabled (delete.topic.enable=false)."
         else:
             if topic_id is not None:
-                found = next((info for info in lm.topics.values() if info.topic_id == topic_id),
-                             None)
+                name_of_id = lm.names_by_id().get(topic_id)
+                found = None if name_of_id is None else lm.topics.get(name_of_id)
                 if found is None:
                     code, message = ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found."
                 else:

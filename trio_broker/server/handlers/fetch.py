@@ -127,7 +127,7 @@ async def _requested(ctx: RequestContext, body: Any
     by_id = ctx.api_version >= TOPIC_ID_VERSION
     names: dict[uuid.UUID, str] = {}
     if by_id and ctx.broker.log_manager is not None:
-        names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics.items()}
+        names = ctx.broker.log_manager.names_by_id()
     partitions: list[FetchPartition] = []
     # Kafka keys the request's partitions in a LinkedHashMap: a partition named twice is read
     # and answered once, at its first place, with the last mention's offsets and limits.

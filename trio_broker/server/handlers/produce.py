@@ -282,10 +282,10 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
     # path of every produced batch.
     code: ErrorCode
     message: str | None
+    message_set = legacy and records is not None and _is_message_set(records)
     if records is None:
         code, message = ErrorCode.invalid_record, "Produce request without records"
-    elif not (legacy and _is_message_set(records)) and (
-            message := _single_batch_problem(records, legacy)) is not None:
+    elif not message_set and (message := _single_batch_problem(records, legacy)) is not None:
         code = ErrorCode.invalid_record
     else:
         code = ErrorCode.none
@@ -307,7 +307,7 @@ async def _append_one(ctx: RequestContext, topic: str, partition: int, records: 
         if code is ErrorCode.none:
             try:
                 batch = records
-                if legacy and _is_message_set(records):
+                if message_set:
                     assert work is not None
                     converted = await _convert_message_set(ctx, topic, partition, records, work)
                     if converted is None:
@@ -409,16 +409,6 @@ def _partitions_once(topic_data: Any, by_id: bool = False
     return ((name, mentions.items()) for name, mentions in by_topic.items())
 
 
-def _topic_name(lm: Any, topic_id: uuid.UUID | None) -> str | None:
-    """The name of the topic with ``topic_id`` (None: no such topic here)."""
-    if lm is None or topic_id is None:
-        return None
-    for name, info in lm.topics.items():
-        if info.topic_id == topic_id:
-            return name
-    return None
-
-
 @api_handler(PRODUCE, MIN_VERSION, MAX_VERSION, inline=True)
 async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     """Append every partition's records; one result per partition, in request order."""
@@ -438,12 +428,13 @@ async def handle_produce(ctx: RequestContext, body: Any) -> Any:
     # v13 the topic's id in place of its name.
     topics: list[tuple[Any, list[tuple[int, ErrorCode, str | None, int, int, int]]]] = []
     by_id = ctx.api_version >= TOPIC_ID_VERSION
+    names: dict[uuid.UUID, str] = lm.names_by_id() if by_id and lm is not None else {}
     # Where the request has its records checked ahead of the append (heavy ones only).
     work: _RequestWork | None = None
     for key, mentions in _partitions_once(body.topic_data, by_id):
         # KafkaApis.handleProduceRequest (v13+): an id it cannot name is UNKNOWN_TOPIC_ID,
         # before any topic authorization.
-        name = _topic_name(lm, key) if by_id else key
+        name = names.get(key) if by_id else key
         topic_denied = not id_denied and name is not None and not ctx.authorize(
             AclOperation.WRITE, ResourceType.TOPIC, name)
         info = lm.topics.get(name) if lm is not None and name is not None else None
