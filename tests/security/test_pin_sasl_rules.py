@@ -5,6 +5,7 @@ mutants that survived ``nox -s mutation`` (docs/development.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from trio_broker.security.sasl import (
     AuthenticationFailed,
     SaslAuthenticator,
 )
-from trio_broker.security.scram import credential_from_password
+from trio_broker.security.scram import ScramStore, credential_from_password
 
 MECH = "SCRAM-SHA-256"
 INVALID = ("Authentication failed during authentication due to invalid credentials with SASL "
@@ -106,3 +107,18 @@ def test_scram_reauthentication_starts_a_new_exchange() -> None:
     done, final = scram_login(auth)
     assert done and final.startswith(b"v=")
     assert auth.principal == "User:alice" and auth.authenticated
+
+
+def test_an_unreadable_credentials_file_is_invalid_credentials_for_the_user_tried(
+        tmp_path: Path) -> None:
+    """Kafka's ScramSaslServer turns a credential lookup that throws into a SaslException
+    ("Credentials could not be obtained"), which SaslServerAuthenticator answers with the
+    invalid-credentials text; the failure counts for the user the client named."""
+    store = ScramStore(tmp_path)
+    store.path.write_text("{not json", encoding="utf-8")  # hand-edited, broken
+    auth = SaslAuthenticator((MECH,), {}, store.get, 0)
+    assert auth.handshake(MECH)
+    client = scramp.ScramClient([MECH], "alice", "pw")
+    failed = refusal(auth, client.get_client_first().encode())
+    assert (failed.message, failed.principal) == (INVALID, "User:alice")
+    assert not auth.authenticated

@@ -1,0 +1,85 @@
+"""A static member (KIP-345) restarting into a Stable group with unchanged metadata: the answer
+to its JoinGroup, which the mutation run found unpinned (docs/development.md, "Mutation
+testing"), and the revert when storing its new member id fails. Driven synchronously through
+the sans-IO rules, as tests/coordinator/test_classic_state.py does.
+
+Kafka (``GroupCoordinator.updateStaticMemberAndRebalance``, JoinGroup before v9's
+SkipAssignment): no rebalance; once the group is stored the member gets its new id, the
+group's generation, protocol type and name, no member list, and the leader id the group had
+before the replacement, so that a restarted leader (whose new id is not that one) does not run
+the assignor while the group is Stable. A failed store puts the old member id back."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode as E
+
+from tests.coordinator.test_classic_state import Driver
+from trio_broker.coordinator.classic_state import join_key, member_key
+from trio_broker.coordinator.group import GroupState
+
+
+def static_group(d: Driver) -> tuple[str, str]:
+    """A Stable group of two static members, i1 (the leader) and i2: their member ids."""
+    first = d.join(group_instance_id="i1")
+    second = d.join(group_instance_id="i2")
+    assert first.ticket is not None and second.ticket is not None
+    while first.ticket not in d.answers:  # the initial delay, extended once for i2
+        d.fire(join_key("g"))
+    leader, follower = d.answers[first.ticket].member_id, d.answers[second.ticket].member_id
+    assert d.answers[first.ticket].leader_id == leader
+    d.sync(leader, 1, {leader: b"for-i1", follower: b"for-i2"})
+    d.sync(follower, 1)
+    d.flush()
+    assert d.core.groups["g"].state is GroupState.STABLE
+    return leader, follower
+
+
+def test_a_restarted_static_leader_is_answered_with_the_old_leader_id_and_no_members() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    old_leader, follower = static_group(d)
+    again = d.join(group_instance_id="i1")
+    assert again.ticket is not None and again.ticket not in d.answers  # until stored
+    d.flush()
+    result = d.answers[again.ticket]
+    new_id = d.core.groups["g"].static_member_id("i1")
+    assert new_id not in (None, old_leader)
+    assert (result.error, result.member_id, result.generation_id, result.protocol_type,
+            result.protocol_name, result.leader_id, result.members) == (
+        E.none, new_id, 1, "consumer", "range", old_leader, ())
+    group = d.core.groups["g"]
+    assert (group.state, group.generation_id) == (GroupState.STABLE, 1)
+    # No reassignment: SyncGroup under the new id answers the assignment the old id had.
+    synced = d.sync(new_id or "", 1)
+    d.flush()
+    assert synced.reply is not None and synced.reply.assignment == b"for-i1"
+
+
+def test_a_restarted_static_follower_is_answered_without_a_rebalance() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    leader, old_follower = static_group(d)
+    again = d.join(group_instance_id="i2")
+    d.flush()
+    assert again.ticket is not None
+    result = d.answers[again.ticket]
+    new_id = d.core.groups["g"].static_member_id("i2")
+    assert (result.error, result.member_id, result.generation_id, result.leader_id,
+            result.members) == (E.none, new_id, 1, leader, ())
+    assert d.core.groups["g"].state is GroupState.STABLE
+
+
+def test_a_static_rejoin_whose_store_fails_gives_the_member_its_old_id_back() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    old_leader, _ = static_group(d)
+    again = d.join(group_instance_id="i1", protocols=[("range", b"m")])
+    new_id = d.core.groups["g"].static_member_id("i1")
+    d.flush(E.coordinator_not_available)
+    assert again.ticket is not None
+    assert d.answers[again.ticket].error == E.coordinator_not_available
+    group = d.core.groups["g"]
+    assert group.static_member_id("i1") == old_leader and new_id not in group.members
+    assert group.leader_id == old_leader
+    # Its session timer runs under the old id again, and the old id still heartbeats.
+    assert member_key("g", old_leader) in d.timers
+    assert member_key("g", new_id or "") not in d.timers
+    assert d.core.heartbeat(group_id="g", member_id=old_leader, group_instance_id="i1",
+                            generation_id=1).reply == E.none
