@@ -3,11 +3,13 @@ to its JoinGroup, which the mutation run found unpinned (docs/development.md, "M
 testing"), and the revert when storing its new member id fails. Driven synchronously through
 the sans-IO rules, as tests/coordinator/test_classic_state.py does.
 
-Kafka (``GroupCoordinator.updateStaticMemberAndRebalance``, JoinGroup before v9's
-SkipAssignment): no rebalance; once the group is stored the member gets its new id, the
-group's generation, protocol type and name, no member list, and the leader id the group had
-before the replacement, so that a restarted leader (whose new id is not that one) does not run
-the assignor while the group is Stable. A failed store puts the old member id back."""
+Kafka (``GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin``): no rebalance;
+once the group is stored the member gets its new id, the group's generation, protocol type and
+name. Before JoinGroup v9 the answer has no member list and the leader id the group had before
+the replacement, so that a restarted leader (whose new id is not that one) does not run the
+assignor while the group is Stable. From v9 (KIP-814) a restarted leader is told it leads, with
+the members (to keep watching their metadata) and ``skip_assignment``. A failed store puts the
+old member id back and answers the error with an empty member id."""
 
 from __future__ import annotations
 
@@ -74,7 +76,10 @@ def test_a_static_rejoin_whose_store_fails_gives_the_member_its_old_id_back() ->
     new_id = d.core.groups["g"].static_member_id("i1")
     d.flush(E.coordinator_not_available)
     assert again.ticket is not None
-    assert d.answers[again.ticket].error == E.coordinator_not_available
+    failed = d.answers[again.ticket]
+    assert (failed.error, failed.member_id, failed.generation_id, failed.protocol_name,
+            failed.leader_id, failed.members, failed.skip_assignment) == (
+        E.coordinator_not_available, "", 1, "range", old_leader, (), False)
     group = d.core.groups["g"]
     assert group.static_member_id("i1") == old_leader and new_id not in group.members
     assert group.leader_id == old_leader
@@ -83,3 +88,31 @@ def test_a_static_rejoin_whose_store_fails_gives_the_member_its_old_id_back() ->
     assert member_key("g", new_id or "") not in d.timers
     assert d.core.heartbeat(group_id="g", member_id=old_leader, group_instance_id="i1",
                             generation_id=1).reply == E.none
+
+
+def test_a_restarted_static_leader_at_join_group_v9_leads_and_skips_the_assignment() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    old_leader, follower = static_group(d)
+    again = d.join(group_instance_id="i1", skips_assignment=True)
+    d.flush()
+    assert again.ticket is not None
+    result = d.answers[again.ticket]
+    new_id = d.core.groups["g"].static_member_id("i1")
+    assert new_id not in (None, old_leader)
+    assert (result.error, result.member_id, result.generation_id, result.leader_id,
+            result.skip_assignment) == (E.none, new_id, 1, new_id, True)
+    assert sorted((mid, iid) for mid, iid, _ in result.members) == sorted(
+        [(new_id, "i1"), (follower, "i2")])
+    group = d.core.groups["g"]
+    assert (group.state, group.generation_id, group.leader_id) == (GroupState.STABLE, 1, new_id)
+
+
+def test_a_restarted_static_follower_at_join_group_v9_does_not_skip_or_lead() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    leader, _ = static_group(d)
+    again = d.join(group_instance_id="i2", skips_assignment=True)
+    d.flush()
+    assert again.ticket is not None
+    result = d.answers[again.ticket]
+    assert (result.error, result.leader_id, result.members, result.skip_assignment) == (
+        E.none, leader, (), False)

@@ -42,6 +42,8 @@ class _JoinArgs:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     reason: str
+    #: JoinGroup v9+ (KIP-814): the answer may tell the leader to skip the assignment.
+    skips_assignment: bool
 
 
 @attrs.frozen(eq=False)
@@ -55,8 +57,15 @@ class StaticRejoined:
     leader: str
     old_id: str
     old_protocols: list[tuple[str, bytes]]
+    #: The join was v9+ (KIP-814).
+    skips_assignment: bool
 
     def finish(self, fx: Effects, error: int) -> None:
+        """Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin`` once the group is
+        stored: the group stays as it is, so no member may reassign. Below JoinGroup v9 the
+        answer names the old leader id (a restarted leader does not see itself as leader);
+        from v9 a restarted leader is told it leads, gets the members to watch their
+        metadata, and ``skip_assignment``."""
         group, member = self.group, self.member
         if error:
             if group.members.get(member.member_id) is member and member.group_instance_id:
@@ -65,7 +74,16 @@ class StaticRejoined:
                                             self.old_id)
                 member.protocols = self.old_protocols
                 fx.arm(member_key(group.group_id, member.member_id), member.session_timeout_ms)
-            fx.answer(self.ticket, JoinResult(error, member.member_id))
+            fx.answer(self.ticket, JoinResult(error, "", group.generation_id,
+                                              group.protocol_type, group.protocol_name,
+                                              self.leader))
+            return
+        if self.skips_assignment:
+            leads = group.is_leader(member.member_id)
+            fx.answer(self.ticket, JoinResult(
+                E.none, member.member_id, group.generation_id, group.protocol_type,
+                group.protocol_name, group.leader_id or "",
+                group.members_view() if leads else (), skip_assignment=leads))
             return
         fx.answer(self.ticket, JoinResult(E.none, member.member_id, group.generation_id,
                                           group.protocol_type, group.protocol_name, self.leader,
@@ -96,7 +114,8 @@ class ClassicJoins:
                    client_id: str, client_host: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, protocol_type: str,
                    protocols: Sequence[tuple[str, bytes]], require_known_member_id: bool,
-                   reason: str | None = None) -> Decision[JoinResult]:
+                   reason: str | None = None, skips_assignment: bool = False
+                   ) -> Decision[JoinResult]:
         """One JoinGroup (after :meth:`join_precheck` passed)."""
         fx = Effects()
         protocol_list = [(name, bytes(metadata)) for name, metadata in protocols]
@@ -115,7 +134,7 @@ class ClassicJoins:
             return fx.decide(JoinResult(E.inconsistent_group_protocol, member_id))
         join = _JoinArgs(member_id, group_instance_id, client_id, client_host,
                          session_timeout_ms, rebalance_timeout_ms, protocol_type, protocol_list,
-                         reason or "")
+                         reason or "", skips_assignment)
         if not member_id:
             reply, ticket = self._join_new_member(fx, group, join, require_known_member_id)
         else:
@@ -165,13 +184,9 @@ class ClassicJoins:
 
     @staticmethod
     def _current_join_result(group: Group, member: Member) -> JoinResult:
-        protocol = group.protocol_name or ""
-        members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if group.is_leader(member.member_id):
-            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
-                            for m in group.members.values())
+        members = group.members_view() if group.is_leader(member.member_id) else ()
         return JoinResult(E.none, member.member_id, group.generation_id, group.protocol_type,
-                          protocol, group.leader_id or "", members)
+                          group.protocol_name or "", group.leader_id or "", members)
 
     def _add_member_and_rebalance(self, fx: Effects, group: Group, member_id: str,
                                   join: _JoinArgs) -> int:
@@ -237,7 +252,8 @@ class ClassicJoins:
                 member.join_ticket = None
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
                 self.core.store_group(fx, group, assignment, StaticRejoined(
-                    group, member, ticket, current_leader, old_id, old_protocols))
+                    group, member, ticket, current_leader, old_id, old_protocols,
+                    join.skips_assignment))
             else:
                 self.core.maybe_prepare_rebalance(
                     fx, group, f"static member {instance_id} rejoined with other protocols")

@@ -660,8 +660,7 @@ class ClassicGroups:
             self._emit_rebalance_completed(fx, group)
             return
         protocol = group.protocol_name or ""
-        leader_view = tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
-                            for m in group.members.values())
+        leader_view = group.members_view()
         group.pending_sync = set(group.members)
         for member in group.members.values():
             self.answer_join(fx, member, JoinResult(

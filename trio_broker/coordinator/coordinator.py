@@ -248,8 +248,10 @@ class GroupCoordinator:
                    client_id: str, client_host: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, protocol_type: str,
                    protocols: Sequence[tuple[str, bytes]], require_known_member_id: bool,
-                   reason: str | None = None) -> Pending[JoinResult]:
-        """Handle one JoinGroup. The result may be pending: the caller waits on it."""
+                   reason: str | None = None, skips_assignment: bool = False
+                   ) -> Pending[JoinResult]:
+        """Handle one JoinGroup. The result may be pending: the caller waits on it.
+        ``skips_assignment``: the request is v9+ (KIP-814)."""
         error = self.joins.join_precheck(group_id, session_timeout_ms)
         if not error and self.consumer_groups.refuses_classic(group_id):
             error = E.inconsistent_group_protocol
@@ -260,7 +262,7 @@ class GroupCoordinator:
             client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type,
             protocols=protocols, require_known_member_id=require_known_member_id,
-            reason=reason))
+            reason=reason, skips_assignment=skips_assignment))
 
     def sync_group(self, *, group_id: str, generation_id: int, member_id: str,
                    group_instance_id: str | None, protocol_type: str | None,

@@ -56,6 +56,9 @@ class JoinResult:
     leader_id: str = ""
     #: ``(member_id, group_instance_id, metadata)`` for the leader; empty for followers.
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    #: KIP-814 (JoinGroup v9+): the leader is told it leads but must not assign (a restarted
+    #: static leader of a stable group).
+    skip_assignment: bool = False
 
 
 @attrs.frozen
@@ -180,6 +183,13 @@ class Group:
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
+
+    def members_view(self) -> tuple[tuple[str, str | None, bytes], ...]:
+        """What the leader's JoinGroup answer lists: every member with its metadata for the
+        selected protocol (Kafka's ``currentMemberMetadata``)."""
+        protocol = self.protocol_name or ""
+        return tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
+                     for m in self.members.values())
 
     def add_member(self, member: Member) -> None:
         if not self.members:

@@ -35,7 +35,8 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
         cls, throttle_time=throttle(ctx), error_code=ErrorCode(result.error),
         generation_id=result.generation_id,
         protocol_type=result.protocol_type if nullable_protocol else None,
-        protocol_name=protocol, leader=result.leader_id, skip_assignment=False,
+        protocol_name=protocol, leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
         member_id=result.member_id,
         members=tuple(build(member_cls, member_id=mid, group_instance_id=iid, metadata=meta)
                       for mid, iid, meta in result.members))
@@ -63,7 +64,9 @@ async def handle_join_group(ctx: RequestContext, body: Any) -> Any:
         protocols=[(p.name, p.metadata) for p in body.protocols],
         # KIP-394: from v4 a new member first gets its id with MEMBER_ID_REQUIRED.
         require_known_member_id=ctx.api_version >= 4,
-        reason=getattr(body, "reason", None))
+        reason=getattr(body, "reason", None),
+        # KIP-814: a restarted static leader learns it leads without reassigning.
+        skips_assignment=ctx.api_version >= 9)
     if pending.done:
         return _join_response(ctx, await pending.wait())
 
