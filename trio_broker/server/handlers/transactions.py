@@ -7,7 +7,8 @@ Authorization is KafkaApis': every transactional API needs WRITE on the transact
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), AddPartitionsToTxn WRITE on each topic,
 AddOffsetsToTxn and TxnOffsetCommit READ on the group (and TxnOffsetCommit READ on each topic);
 DescribeTransactions and ListTransactions show only the ids (and topics) the principal may
-DESCRIBE.
+DESCRIBE. ListTransactions v2 (Kafka 4.1, KIP-1152) adds a transactional-id pattern, matched
+with RE2 as Kafka's RE2/J (:func:`_id_matcher`).
 
 Kafka answers PRODUCER_FENCED only to clients new enough to know it (KIP-588): older versions
 get INVALID_PRODUCER_EPOCH instead (:func:`fenced_for`).
@@ -29,12 +30,15 @@ these versions only once ApiVersions shows level 2 finalized.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.coordinator import OffsetCommitEntry
 from ...coordinator.transaction.state import TxnState
+from ...linear_regex import RegexError, compiled
+from ...offload import Steps
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -279,23 +283,51 @@ async def handle_describe_transactions(ctx: RequestContext, body: Any) -> Any:
 _STATE_NAMES = frozenset(s.kafka_name for s in TxnState)
 
 
-@api_handler(LIST_TRANSACTIONS, 0, 1)
+@api_handler(LIST_TRANSACTIONS, 0, 2)
 async def handle_list_transactions(ctx: RequestContext, body: Any) -> Any:
-    """Transactional ids filtered by state, producer id and (v1, KIP-994) open duration."""
+    """Transactional ids filtered by state, producer id, (v1, KIP-994) open duration and (v2,
+    KIP-1152) a pattern the whole id must match (:func:`_id_matcher`)."""
     module = response_module(LIST_TRANSACTIONS, ctx.api_version)
+
+    def answer(code: ErrorCode, unknown: tuple[str, ...] = (), found: Iterable[Any] = ()
+               ) -> Any:
+        return build(module.ListTransactionsResponse, throttle_time=throttle(ctx),
+                     error_code=code, unknown_state_filters=unknown,
+                     transaction_states=tuple(
+                         build(module.TransactionState, transactional_id=m.transactional_id,
+                               producer_id=m.producer_id, transaction_state=m.state.kafka_name)
+                         for m in found))
+
     states = tuple(body.state_filters)
     unknown = tuple(s for s in states if s not in _STATE_NAMES)
-    code, found = ctx.broker.transaction_coordinator.list(
+    code, listed = ctx.broker.transaction_coordinator.list(
         [s for s in states if s in _STATE_NAMES], [int(p) for p in body.producer_id_filters],
         int(getattr(body, "duration_filter", -1)))
+    if code is not ErrorCode.none:
+        return answer(code, unknown)
+    try:
+        matches = _id_matcher(getattr(body, "transactional_id_pattern", None))
+    except RegexError:
+        return answer(ErrorCode.invalid_regular_expression)
     if unknown and len(unknown) == len(states):
-        found = []  # only unknown states asked for: nothing can match
-    found = [m for m in found if ctx.authorize(
-        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id,
-        log_if_denied=False)]
-    return build(module.ListTransactionsResponse, throttle_time=throttle(ctx), error_code=code,
-                 unknown_state_filters=unknown,
-                 transaction_states=tuple(
-                     build(module.TransactionState, transactional_id=m.transactional_id,
-                           producer_id=m.producer_id, transaction_state=m.state.kafka_name)
-                     for m in found))
+        listed = []  # only unknown states asked for: nothing can match
+    found = []
+    steps = Steps()
+    for meta in listed:
+        await steps.tick()  # thousands of transactional ids: other connections get their turns
+        if matches(meta.transactional_id) and ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id,
+                log_if_denied=False):
+            found.append(meta)
+    return answer(code, unknown, found)
+
+
+def _id_matcher(pattern: str | None) -> Callable[[str], bool]:
+    """KIP-1152's filter: an empty or null pattern lists every id; otherwise the whole id must
+    match it (Kafka's ``Matcher.matches``), in RE2 syntax as Kafka's RE2/J. RE2 matches in
+    linear time, so no client's pattern can hold the event loop. Raises ``RegexError`` for an
+    invalid pattern (INVALID_REGULAR_EXPRESSION)."""
+    if not pattern:
+        return lambda _id: True
+    regex = compiled(pattern)
+    return lambda transactional_id: regex.fullmatch(transactional_id) is not None
