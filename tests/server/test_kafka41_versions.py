@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode as E
 
 from tests.kafka_wire import API_VERSIONS_V3, WireClient
 from tests.server.test_acls import ON, binding
+from trio_broker.config import ConfigError, load_config
 from trio_broker.protocol.codec import request_schema
 from trio_broker.server.acl import AclOperation as Op
 from trio_broker.server.acl import ResourceType as R
@@ -161,3 +162,10 @@ async def test_init_producer_id_v6_has_two_phase_commit_off(broker: Any) -> None
         assert idempotent.producer_id >= 0
     finally:
         await client.aclose()
+
+
+def test_two_phase_commit_cannot_be_enabled() -> None:
+    """Not implemented: the key Kafka names it by fails at start-up when true."""
+    assert load_config({}).transaction_two_phase_commit_enable is False
+    with pytest.raises(ConfigError, match="transaction.two.phase.commit.enable.*not implemented"):
+        load_config({"transaction.two.phase.commit.enable": "true"})
