@@ -14,7 +14,7 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from tests.kafka_wire import API_VERSIONS_V3, WireClient
+from tests.kafka_wire import API_VERSIONS_V3, WireClient, readable
 from tests.server.test_acls import ON, binding
 from trio_broker.config import ConfigError, load_config
 from trio_broker.protocol.codec import request_schema
@@ -115,22 +115,47 @@ async def test_list_transactions_v2_filters_by_a_whole_id_pattern(broker: Any) -
 
 
 async def test_a_catastrophic_pattern_does_not_hold_the_broker(broker: Any) -> None:
-    """``(a+)+$`` against ``aaa…ab`` backtracks for ages in Python's ``re`` (and in
-    java.util.regex): RE2 answers at once, and another connection is served meanwhile."""
-    victim = "a" * 64 + "b"
+    """``(a+)+$`` against ``aaa…ab`` backtracks in Python's ``re`` (and java.util.regex) for
+    time doubling with each ``a``: seconds for this id, holding the GIL, so the whole broker.
+    RE2 answers at once, and another connection is served meanwhile. (With a backtracking
+    engine this fails on the 5 s bound once the match ends, ~10 s here; a longer id would make
+    the regression hang the test instead of failing it.)"""
+    victim = "a" * 28 + "b"
     client = await WireClient.connect(broker.port)
     other = await WireClient.connect(broker.port)
     try:
         assert (await init_pid(client, victim)).error_code is E.none
-        assert (await init_pid(client, "a" * 64)).error_code is E.none
-        with trio.fail_after(10):
+        assert (await init_pid(client, "a" * 28)).error_code is E.none
+        with trio.fail_after(5):
             await client.send(LIST_TXNS, 2, mod(LIST_TXNS, 2).ListTransactionsRequest(
                 state_filters=(), producer_id_filters=(), duration_filter=-1,
                 transactional_id_pattern="(a+)+$"))
             versions = await other.request(API_VERSIONS, 3, API_VERSIONS_V3)
             assert versions.error_code is E.none
             _, answer = await client.receive()
-        assert [t.transactional_id for t in answer.transaction_states] == ["a" * 64]
+        assert [t.transactional_id for t in answer.transaction_states] == ["a" * 28]
+    finally:
+        await client.aclose()
+        await other.aclose()
+
+
+async def test_a_slow_pattern_is_matched_while_others_are_served(broker: Any) -> None:
+    """RE2's own worst case, a pattern of thousands of alternatives against a long id, takes
+    seconds (time grows with both sizes): the matching runs in a worker thread, so another
+    connection is answered before the slow answer is ready."""
+    long_id = "a" * 3000
+    client = await WireClient.connect(broker.port)
+    other = await WireClient.connect(broker.port)
+    try:
+        assert (await init_pid(client, long_id)).error_code is E.none
+        await client.send(LIST_TXNS, 2, mod(LIST_TXNS, 2).ListTransactionsRequest(
+            state_filters=(), producer_id_filters=(), duration_filter=-1,
+            transactional_id_pattern="(a|b|c)*" * 600))
+        versions = await other.request(API_VERSIONS, 3, API_VERSIONS_V3)
+        assert versions.error_code is E.none
+        assert not readable(client), "answered before another connection was served"
+        _, answer = await client.receive()
+        assert [t.transactional_id for t in answer.transaction_states] == [long_id]
     finally:
         await client.aclose()
         await other.aclose()

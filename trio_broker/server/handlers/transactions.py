@@ -8,7 +8,7 @@ Authorization is KafkaApis': every transactional API needs WRITE on the transact
 AddOffsetsToTxn and TxnOffsetCommit READ on the group (and TxnOffsetCommit READ on each topic);
 DescribeTransactions and ListTransactions show only the ids (and topics) the principal may
 DESCRIBE. ListTransactions v2 (Kafka 4.1, KIP-1152) adds a transactional-id pattern, matched
-with RE2 as Kafka's RE2/J (:func:`_id_matcher`).
+with RE2 as Kafka's RE2/J (:func:`_matching`).
 
 Kafka answers PRODUCER_FENCED only to clients new enough to know it (KIP-588): older versions
 get INVALID_PRODUCER_EPOCH instead (:func:`fenced_for`).
@@ -30,15 +30,15 @@ these versions only once ApiVersions shows level 2 finalized.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.coordinator import OffsetCommitEntry
-from ...coordinator.transaction.state import TxnState
+from ...coordinator.transaction.state import TxnMetadata, TxnState
 from ...linear_regex import RegexError, compiled
-from ...offload import Steps
+from ...offload import Steps, in_worker
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -286,7 +286,8 @@ _STATE_NAMES = frozenset(s.kafka_name for s in TxnState)
 @api_handler(LIST_TRANSACTIONS, 0, 2)
 async def handle_list_transactions(ctx: RequestContext, body: Any) -> Any:
     """Transactional ids filtered by state, producer id, (v1, KIP-994) open duration and (v2,
-    KIP-1152) a pattern the whole id must match (:func:`_id_matcher`)."""
+    KIP-1152) a pattern the whole id must match (:func:`_matching`); an invalid pattern is
+    INVALID_REGULAR_EXPRESSION."""
     module = response_module(LIST_TRANSACTIONS, ctx.api_version)
 
     def answer(code: ErrorCode, unknown: tuple[str, ...] = (), found: Iterable[Any] = ()
@@ -305,29 +306,32 @@ async def handle_list_transactions(ctx: RequestContext, body: Any) -> Any:
         int(getattr(body, "duration_filter", -1)))
     if code is not ErrorCode.none:
         return answer(code, unknown)
-    try:
-        matches = _id_matcher(getattr(body, "transactional_id_pattern", None))
-    except RegexError:
-        return answer(ErrorCode.invalid_regular_expression)
     if unknown and len(unknown) == len(states):
         listed = []  # only unknown states asked for: nothing can match
+    pattern = getattr(body, "transactional_id_pattern", None)
+    if pattern:  # KIP-1152: null or empty is no filter
+        try:
+            regex = compiled(pattern)
+        except RegexError:
+            return answer(ErrorCode.invalid_regular_expression)
+        if listed:
+            listed = await in_worker(ctx.broker.workers, _matching, regex, listed)
     found = []
     steps = Steps()
     for meta in listed:
         await steps.tick()  # thousands of transactional ids: other connections get their turns
-        if matches(meta.transactional_id) and ctx.authorize(
-                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id,
-                log_if_denied=False):
+        if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                         meta.transactional_id, log_if_denied=False):
             found.append(meta)
     return answer(code, unknown, found)
 
 
-def _id_matcher(pattern: str | None) -> Callable[[str], bool]:
-    """KIP-1152's filter: an empty or null pattern lists every id; otherwise the whole id must
-    match it (Kafka's ``Matcher.matches``), in RE2 syntax as Kafka's RE2/J. RE2 matches in
-    linear time, so no client's pattern can hold the event loop. Raises ``RegexError`` for an
-    invalid pattern (INVALID_REGULAR_EXPRESSION)."""
-    if not pattern:
-        return lambda _id: True
-    regex = compiled(pattern)
-    return lambda transactional_id: regex.fullmatch(transactional_id) is not None
+def _matching(regex: Any, listed: list[TxnMetadata]) -> list[TxnMetadata]:
+    """The transactions whose whole id matches ``regex`` (Kafka's ``Matcher.matches``).
+
+    RE2, as Kafka's RE2/J, so its syntax (no backreferences or look-around) and linear time
+    in the id: no pattern makes it backtrack for hours. Its time still grows with the
+    pattern's size times the ids' (a pattern of thousands of alternatives against ids of
+    thousands of characters takes seconds), so it runs in a worker thread, as Kafka's in a
+    request-handler thread; RE2 releases the GIL while it matches."""
+    return [meta for meta in listed if regex.fullmatch(meta.transactional_id) is not None]
