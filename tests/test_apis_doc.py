@@ -46,7 +46,11 @@ NOTES = {0: "v0–v2: message formats v0/v1, up-converted; v12+: adds the partit
          **dict.fromkeys((38, 39, 40, 41), "tokens not enabled: Kafka's answers without "
                                            "`delegation.token.secret.key`"),
          **dict.fromkeys((71, 72), "not advertised, as Kafka without a client telemetry plugin"),
-         74: "Kafka 3.9's ListClientMetricsResources: no client-metrics resources here"}
+         22: "v6: two-phase commit off, as Kafka's default (asking for it: "
+             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED)",
+         66: "v2: the whole id matches the pattern, in RE2 syntax as Kafka's RE2/J",
+         74: "v0: no client-metrics resources; v1: this broker and every topic (no group "
+             "or client-metrics configs)"}
 
 
 def _range(versions: tuple[int, int] | None) -> str:

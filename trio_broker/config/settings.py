@@ -33,6 +33,15 @@ from .listeners import Endpoint, parse_endpoints, parse_ip_overrides, parse_prot
 
 
 # ------------------------------------------------------------------------------- config
+def _two_phase_commit_off(value: Any) -> str | None:
+    """Only false: two-phase commit is not implemented"""
+    if not value:
+        return None
+    return ("two-phase commit (KIP-939) is not implemented (InitProducerId answers a request "
+            "for it TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka with this key false); "
+            "remove it or set it to false")
+
+
 @attrs.frozen(kw_only=True)
 class BrokerConfig:
     """Every setting of the broker, under Kafka's names and with Kafka's defaults.
@@ -419,6 +428,12 @@ class BrokerConfig:
         "transaction.state.log.load.buffer.size", 5242880,
         "Bytes read at a time when loading __transaction_state at start-up.",
         validator=at_least(1), group="Transactions")
+    transaction_two_phase_commit_enable: bool = _bool_setting(
+        "transaction.two.phase.commit.enable", False,
+        "Whether transactional producers may take part in two-phase commit (KIP-939); "
+        "InitProducerId v6 asking for it is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as "
+        "by Kafka with this key false (its default).",
+        validator=_two_phase_commit_off, group="Transactions")
     transactional_id_expiration_ms: int = setting(
         "transactional.id.expiration.ms", 604800000,
         "Forget a transactional id with no transaction in progress after this long idle.",

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
-import re2
 
+from ..linear_regex import RegexError, compiled, regex_error_message
 from .assignors import ASSIGNORS, TopicPartition
 
 #: Member epochs with a meaning in a request.
@@ -211,24 +211,7 @@ class HeartbeatResult:
 @functools.lru_cache(maxsize=65536)
 def _matches(pattern: str, topic: str) -> bool:
     # Every heartbeat re-resolves regex subscriptions against all topics: remember answers.
-    return _compiled(pattern).fullmatch(topic) is not None
-
-
-# RE2, as Kafka's RE2/J: matching takes linear time. Python's backtracking ``re`` let one
-# client's pattern such as ``(a+)+`` against a topic named ``aaaa…a-`` hold the whole broker
-# for hours. Errors go to the client and the log, not to RE2's own stderr logging.
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> Any:
-    return re2.compile(pattern, _RE2_OPTIONS)
-
-
-def _regex_error(exc: Exception) -> str:
-    reason = exc.args[0] if exc.args else exc
-    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+    return compiled(pattern).fullmatch(topic) is not None
 
 
 def _format(partitions: Partitions) -> str:
@@ -295,9 +278,10 @@ class ConsumerGroup:
                                  f"Assignor {req.server_assignor} is not supported.")
         if req.subscribed_topic_regex is not None:
             try:
-                _compiled(req.subscribed_topic_regex)
-            except re2.error as exc:
-                raise HeartbeatError("invalid_regular_expression", _regex_error(exc)) from None
+                compiled(req.subscribed_topic_regex)
+            except RegexError as exc:
+                raise HeartbeatError("invalid_regular_expression",
+                                     regex_error_message(exc)) from None
         epoch = self.group_epoch
         member = self._member_for(req)
         before = member

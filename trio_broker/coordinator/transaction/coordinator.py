@@ -209,13 +209,24 @@ class TransactionCoordinator:
 
     # -------------------------------------------------------------- InitProducerId
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
-                               producer_id: int = -1, producer_epoch: int = -1) -> InitResult:
-        """A producer id and epoch for a transactional producer, fencing older ones."""
+                               producer_id: int = -1, producer_epoch: int = -1, *,
+                               enable_two_phase_commit: bool = False,
+                               keep_prepared_txn: bool = False) -> InitResult:
+        """A producer id and epoch for a transactional producer, fencing older ones.
+
+        Two-phase commit (KIP-939, InitProducerId v6) is not implemented: this broker is a Kafka
+        broker with ``transaction.two.phase.commit.enable=false``, whose coordinator answers a
+        request to enable it TRANSACTIONAL_ID_AUTHORIZATION_FAILED and one to keep a prepared
+        transaction UNSUPPORTED_VERSION (Kafka 4.1's ``TransactionCoordinator``)."""
         error = self._ready()
         if error:
             return InitResult(error)
         if not transactional_id:
             return InitResult(E.invalid_request)
+        if enable_two_phase_commit:
+            return InitResult(E.transactional_id_authorization_failed)
+        if keep_prepared_txn:
+            return InitResult(E.unsupported_version)
         if not sm.validate_timeout(timeout_ms, self.config.transaction_max_timeout_ms):
             return InitResult(E.invalid_transaction_timeout)
         if transactional_id in self._busy:

@@ -1,5 +1,14 @@
 """InitProducerId (API key 22): producer ids for idempotent producers, and producer ids and
 epochs of transactional ids (from the transaction coordinator, which fences older producers).
+
+v6 (Kafka 4.1, KIP-939) adds two-phase commit: ``Enable2Pc`` and ``KeepPreparedTxn`` in the
+request, the ongoing transaction's producer id and epoch in the answer. Two-phase commit is not
+implemented, so this broker answers as Kafka does with ``transaction.two.phase.commit.enable``
+false, its default: a transactional request asking for it gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, one keeping a prepared transaction UNSUPPORTED_VERSION
+(``TransactionCoordinator.handleInitProducerId``), and every answer's ongoing producer id and
+epoch are -1 (no prepared transaction is kept). An idempotent (non-transactional) request's
+flags are ignored, as Kafka's coordinator ignores them.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ INIT_PRODUCER_ID = 22
 MIN_VERSION = 0
 #: v5 (KIP-890) only says the client understands TRANSACTION_ABORTABLE, which Kafka 3.9's
 #: coordinator never answers on InitProducerId (no partition is verified here): v5 is v4.
-MAX_VERSION = 5
+MAX_VERSION = 6
 
 
 @api_handler(INIT_PRODUCER_ID, MIN_VERSION, MAX_VERSION)
@@ -42,7 +51,9 @@ async def handle_init_producer_id(ctx: RequestContext, body: Any) -> Any:
             return answer(ErrorCode.transactional_id_authorization_failed)
         result = await ctx.broker.transaction_coordinator.init_producer_id(
             body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
-            int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)))
+            int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)),
+            enable_two_phase_commit=bool(getattr(body, "enable2_pc", False)),
+            keep_prepared_txn=bool(getattr(body, "keep_prepared_txn", False)))
         return answer(fenced_for(ctx, result.error), result.producer_id, result.producer_epoch)
     # KafkaApis.handleInitProducerIdRequest: IDEMPOTENT_WRITE on the cluster, or (Kafka 3+,
     # KIP-679) WRITE on at least one topic.

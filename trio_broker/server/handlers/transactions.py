@@ -7,7 +7,8 @@ Authorization is KafkaApis': every transactional API needs WRITE on the transact
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), AddPartitionsToTxn WRITE on each topic,
 AddOffsetsToTxn and TxnOffsetCommit READ on the group (and TxnOffsetCommit READ on each topic);
 DescribeTransactions and ListTransactions show only the ids (and topics) the principal may
-DESCRIBE.
+DESCRIBE. ListTransactions v2 (Kafka 4.1, KIP-1152) adds a transactional-id pattern, matched
+with RE2 as Kafka's RE2/J (:func:`_matching`).
 
 Kafka answers PRODUCER_FENCED only to clients new enough to know it (KIP-588): older versions
 get INVALID_PRODUCER_EPOCH instead (:func:`fenced_for`).
@@ -29,12 +30,15 @@ these versions only once ApiVersions shows level 2 finalized.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.coordinator import OffsetCommitEntry
-from ...coordinator.transaction.state import TxnState
+from ...coordinator.transaction.state import TxnMetadata, TxnState
+from ...linear_regex import RegexError, compiled
+from ...offload import Steps, in_worker
 from ..acl import AclOperation, ResourceType
 from ..context import RequestContext
 from ..registry import api_handler
@@ -279,23 +283,55 @@ async def handle_describe_transactions(ctx: RequestContext, body: Any) -> Any:
 _STATE_NAMES = frozenset(s.kafka_name for s in TxnState)
 
 
-@api_handler(LIST_TRANSACTIONS, 0, 1)
+@api_handler(LIST_TRANSACTIONS, 0, 2)
 async def handle_list_transactions(ctx: RequestContext, body: Any) -> Any:
-    """Transactional ids filtered by state, producer id and (v1, KIP-994) open duration."""
+    """Transactional ids filtered by state, producer id, (v1, KIP-994) open duration and (v2,
+    KIP-1152) a pattern the whole id must match (:func:`_matching`); an invalid pattern is
+    INVALID_REGULAR_EXPRESSION."""
     module = response_module(LIST_TRANSACTIONS, ctx.api_version)
+
+    def answer(code: ErrorCode, unknown: tuple[str, ...] = (), found: Iterable[Any] = ()
+               ) -> Any:
+        return build(module.ListTransactionsResponse, throttle_time=throttle(ctx),
+                     error_code=code, unknown_state_filters=unknown,
+                     transaction_states=tuple(
+                         build(module.TransactionState, transactional_id=m.transactional_id,
+                               producer_id=m.producer_id, transaction_state=m.state.kafka_name)
+                         for m in found))
+
     states = tuple(body.state_filters)
     unknown = tuple(s for s in states if s not in _STATE_NAMES)
-    code, found = ctx.broker.transaction_coordinator.list(
+    code, listed = ctx.broker.transaction_coordinator.list(
         [s for s in states if s in _STATE_NAMES], [int(p) for p in body.producer_id_filters],
         int(getattr(body, "duration_filter", -1)))
+    if code is not ErrorCode.none:
+        return answer(code, unknown)
     if unknown and len(unknown) == len(states):
-        found = []  # only unknown states asked for: nothing can match
-    found = [m for m in found if ctx.authorize(
-        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id,
-        log_if_denied=False)]
-    return build(module.ListTransactionsResponse, throttle_time=throttle(ctx), error_code=code,
-                 unknown_state_filters=unknown,
-                 transaction_states=tuple(
-                     build(module.TransactionState, transactional_id=m.transactional_id,
-                           producer_id=m.producer_id, transaction_state=m.state.kafka_name)
-                     for m in found))
+        listed = []  # only unknown states asked for: nothing can match
+    pattern = getattr(body, "transactional_id_pattern", None)
+    if pattern:  # KIP-1152: null or empty is no filter
+        try:
+            regex = compiled(pattern)
+        except RegexError:
+            return answer(ErrorCode.invalid_regular_expression)
+        if listed:
+            listed = await in_worker(ctx.broker.workers, _matching, regex, listed)
+    found = []
+    steps = Steps()
+    for meta in listed:
+        await steps.tick()  # thousands of transactional ids: other connections get their turns
+        if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                         meta.transactional_id, log_if_denied=False):
+            found.append(meta)
+    return answer(code, unknown, found)
+
+
+def _matching(regex: Any, listed: list[TxnMetadata]) -> list[TxnMetadata]:
+    """The transactions whose whole id matches ``regex`` (Kafka's ``Matcher.matches``).
+
+    RE2, as Kafka's RE2/J, so its syntax (no backreferences or look-around) and linear time
+    in the id: no pattern makes it backtrack for hours. Its time still grows with the
+    pattern's size times the ids' (a pattern of thousands of alternatives against ids of
+    thousands of characters takes seconds), so it runs in a worker thread, as Kafka's in a
+    request-handler thread; RE2 releases the GIL while it matches."""
+    return [meta for meta in listed if regex.fullmatch(meta.transactional_id) is not None]
