@@ -41,6 +41,12 @@ NOTES = {0: "v0–v2: message formats v0/v1, up-converted; v12+: adds the partit
          26: "v5: bumps the epoch per transaction (transaction version 2)",
          28: "v5: adds the group's offsets partition to the transaction (transaction version 2)",
          15: "v6: an unknown or non-classic group is GROUP_ID_NOT_FOUND (KIP-1043)",
+         **dict.fromkeys((8, 9), "v10 (Kafka 4.1): topics by id, resolved to names once per "
+                                 "request; an unknown id is UNKNOWN_TOPIC_ID, answered by id; "
+                                 "ACLs by the resolved name"),
+         10: "v6: key type SHARE (KIP-932) answered as Kafka with no share coordinator: "
+             "CLUSTER_ACTION, then INVALID_REQUEST for a malformed key, else "
+             "COORDINATOR_NOT_AVAILABLE; below v6 a SHARE key is INVALID_REQUEST",
          34: "one log directory: accepted for it, nothing moves",
          35: "v5: never cordoned (no `cordoned.log.dirs`)",
          **dict.fromkeys((38, 39, 40, 41), "tokens not enabled: Kafka's answers without "

@@ -54,7 +54,8 @@ MIRRORS: dict[int, list[tuple[int, int, Mirror]]] = {
                  [("partition_index", "partition_index")]))],
     3: [(0, 9, ("topics", "topics", [("name", "name")])),
         (10, 99, ("topics", "topics", [("name", "name"), ("topic_id", "topic_id")]))],
-    8: [(0, 99, ("topics", "topics", [("name", "name")])),
+    8: [(0, 9, ("topics", "topics", [("name", "name")])),
+        (10, 99, ("topics", "topics", [("topic_id", "topic_id")])),  # Kafka 4.1: by id
         (0, 99, ("topics.partitions", "topics.partitions",
                  [("partition_index", "partition_index")]))],
     9: [(0, 1, ("topics", "topics", [("name", "name")])),

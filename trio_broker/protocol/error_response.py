@@ -210,11 +210,20 @@ def _scram_credentials_error(api_key: int, api_version: int, body: Any, code: Er
         for user in users))
 
 
+#: Kafka's ``Errors.X.message()`` for the codes sent with their default message.
+_MESSAGES = {
+    ErrorCode.unknown_server_error: UNKNOWN_SERVER_ERROR_MESSAGE,
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+    ErrorCode.invalid_request: (
+        "This most likely occurs because of a request being malformed by the client library "
+        "or the message was sent to an incompatible broker. See the broker logs for more "
+        "details."),
+}
+
+
 def override_message(code: ErrorCode) -> str | None:
     """Kafka's default message for ``code`` where we know it."""
-    if code is ErrorCode.unknown_server_error:
-        return UNKNOWN_SERVER_ERROR_MESSAGE
-    return None
+    return _MESSAGES.get(code)
 
 
 def _override(api_key: int, api_version: int) -> _Override:
