@@ -83,9 +83,11 @@ class Driver:
             group_instance_id=None, protocol_type="consumer", protocol_name=None,
             assignments=assignments or {}))
 
-    def stable_group_of_one(self) -> str:
-        member_id = self.join().reply.member_id  # type: ignore[union-attr]
-        joined = self.join(member_id)
+    def stable_group_of_one(self, metadata: bytes = b"m") -> str:
+        """A Stable group of one member, joined with ``metadata`` for "range": its id."""
+        protocols = [("range", metadata)]
+        member_id = self.join(protocols=protocols).reply.member_id  # type: ignore[union-attr]
+        joined = self.join(member_id, protocols=protocols)
         self.fire(join_key("g"))
         assert joined.ticket is not None
         generation = self.answers.pop(joined.ticket).generation_id

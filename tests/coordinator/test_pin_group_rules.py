@@ -284,13 +284,8 @@ def test_an_empty_consumer_groups_offsets_expire_together_from_when_it_emptied()
 
 def test_a_stable_group_loses_only_offsets_of_topics_it_no_longer_subscribes_to() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    protocols = [("range", subscription("t"))]
-    member_id = d.join(protocols=protocols).reply.member_id  # type: ignore[union-attr]
-    joined = d.join(member_id, protocols=protocols)
-    d.fire(join_key("g"))
-    generation = d.answers[joined.ticket].generation_id  # type: ignore[index]
-    d.sync(member_id, generation, {member_id: b"a"})
-    d.flush()
+    member_id = d.stable_group_of_one(subscription("t"))
+    generation = d.core.groups["g"].generation_id
     commit(d, {("t", 0): 1, ("u", 0): 2}, generation=generation, member_id=member_id)
     d.now += 1000
     assert _expire(d, 1000) == 1

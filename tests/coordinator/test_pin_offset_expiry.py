@@ -14,7 +14,6 @@ from typing import Any
 
 from tests.coordinator.test_classic_state import Driver
 from tests.coordinator.test_pin_group_rules import commit
-from trio_broker.coordinator.classic_state import join_key
 from trio_broker.coordinator.group import GroupState
 from trio_broker.testing.client import subscription
 
@@ -29,15 +28,10 @@ def _expire(d: Driver) -> int:
 
 def stable_group(d: Driver, metadata: bytes) -> tuple[str, int]:
     """A Stable group of one member joined with ``metadata``: its id and generation."""
-    protocols = [("range", metadata)]
-    member_id = d.join(protocols=protocols).reply.member_id  # type: ignore[union-attr]
-    joined = d.join(member_id, protocols=protocols)
-    d.fire(join_key("g"))
-    generation = d.answers[joined.ticket].generation_id  # type: ignore[index]
-    d.sync(member_id, generation, {member_id: b"a"})
-    d.flush()
-    assert d.core.groups["g"].state is GroupState.STABLE
-    return member_id, generation
+    member_id = d.stable_group_of_one(metadata)
+    group = d.core.groups["g"]
+    assert group.state is GroupState.STABLE
+    return member_id, group.generation_id
 
 
 def test_a_stable_groups_unsubscribed_offsets_expire_at_the_retention_inclusive() -> None:
