@@ -417,7 +417,13 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
     rounds = rounds or (1 if quick else 5)
     result = BenchResult("many_producers")
     windows = measure(light, seconds, settle, rounds, overrides)
-    tansu = measure_tansu(light, seconds, settle, rounds) if reference else []
+    tansu: list[Window] = []
+    reference_failure = ""
+    if reference:
+        try:
+            tansu = measure_tansu(light, seconds, settle, rounds)
+        except RuntimeError as exc:  # the reference's own failure must not lose our figures
+            reference_failure = str(exc)[:300]
     phases = {"solo": [w for w in windows if not w.mixed],
               "mixed": [w for w in windows if w.mixed]}
     solo = median([w.heavy_mbps for w in phases["solo"]])
@@ -501,6 +507,8 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
                    + ("; light producers' process: " + rounds_of(name, lambda w: w.light_cpu)
                       if name == "mixed" else "")),
         ]
+    if reference_failure:
+        result.notes.append(f"reference broker (tansu) failed the schedule: {reference_failure}")
     result.notes.append(
         f"load average {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} CPUs; {rounds} "
         f"rounds of a solo then a mixed window, each {settle:g} s settling (left out) + "

@@ -20,6 +20,7 @@ import trio
 
 from ..config import LONG_MAX
 from ..observability.log import emit
+from ..offload import in_worker
 from ..protocol import records as rb
 from ..protocol.compression import decompressed_limit
 from ..protocol.record_walk import (
@@ -39,9 +40,10 @@ from .errors import (
     PolicyViolation,
     RecordListTooLarge,
     StorageError,
+    UnknownTopicOrPartition,
 )
 from .producer_state import ProducerStateManager
-from .segment import Segment, SegmentRegion
+from .segment import Segment, SegmentRegion, write_detached
 from .topic_config import LogConfig
 from .txn_index import TransactionIndex, control_type
 
@@ -67,6 +69,24 @@ class AppendResult(NamedTuple):
     #: The last offset written (for flush accounting and tests).
     last_offset: int = -1
     duplicate: bool = False
+
+
+class PreparedAppend(NamedTuple):
+    """An append with its records checked, its offsets assigned (in ``data``, a copy) and its
+    segment chosen, not yet written (:meth:`PartitionLog.prepare_append`)."""
+
+    data: bytearray
+    segment: Segment
+    #: The batches' positions and assigned headers, for the producer state and the
+    #: transaction index; empty for a lone batch without a producer.
+    assigned: list[tuple[int, rb.BatchHeader]]
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    #: Broker time stamped on the batches (LogAppendTime topics), else -1.
+    append_time: int
+    messages: int
+    transactional: bool
 
 
 @attrs.frozen
@@ -109,7 +129,12 @@ class PartitionLog:
         #: Events of parked fetches waiting for the next append (set and cleared on append).
         self.waiters: set[trio.Event] = set()
         self.failed = False
+        #: True once closed (its topic deleted, the broker stopping).
+        self.closed = False
         self._flush_lock = trio.Lock()
+        #: Held by an append whose bytes a worker thread writes, and taken by every append
+        #: while it is held (:meth:`LogManager.append`), so offsets are taken in turn.
+        self.write_lock = trio.Lock()
 
     # ------------------------------------------------------------------------------ opening
     def open(self, *, clean: bool, recovery_point: int | None,
@@ -244,6 +269,55 @@ class PartitionLog:
         ``checked``: the records already validated by :func:`.record_walk.check_records` (a
         produce handler does the heavy part in a worker thread); used while this log's limits
         are still the ones it was checked against."""
+        prepared = self.prepare_append(records, from_client=from_client,
+                                       producer_check=producer_check, append_time=append_time,
+                                       checked=checked)
+        if isinstance(prepared, AppendResult):  # a retried batch, answered as the first time
+            return prepared
+        segment = prepared.segment
+        size_before = segment.size
+        try:
+            if prepared.assigned:
+                segment.append(prepared.data, prepared.assigned)
+            else:
+                segment.append_one(prepared.data, prepared.last_offset, prepared.max_timestamp)
+        except OSError as exc:
+            self._fail_append(segment, size_before, exc)
+        return self._finish_append(prepared)
+
+    async def append_off_loop(self, records: bytes, *, from_client: bool = True,
+                              producer_check: bool = True, checked: CheckedRecords | None = None
+                              ) -> AppendResult:
+        """:meth:`append` with the bytes written by a worker thread: a large write can wait
+        for the kernel's writeback (dirty-page throttling) for milliseconds, which on the event
+        loop every connection would wait out; in Kafka a request-handler thread writes. The
+        caller holds :attr:`write_lock` (no other append may take offsets meanwhile); readers
+        see the records once they are written and accounted for, never in between."""
+        prepared = self.prepare_append(records, from_client=from_client,
+                                       producer_check=producer_check, checked=checked)
+        if isinstance(prepared, AppendResult):
+            return prepared
+        segment = prepared.segment
+        size_before = segment.size
+        try:
+            await in_worker(None, write_detached, segment.fd, prepared.data)
+        except OSError as exc:
+            self._fail_append(segment, size_before, exc)
+        if self.closed:  # deleted while the thread wrote (into the unlinked file)
+            raise UnknownTopicOrPartition(
+                f"This server does not host this topic-partition: {self.topic}-{self.partition}")
+        if prepared.assigned:
+            segment.record(len(prepared.data), prepared.assigned)
+        else:
+            segment.record_one(len(prepared.data), prepared.last_offset, prepared.max_timestamp)
+        return self._finish_append(prepared)
+
+    def prepare_append(self, records: bytes, *, from_client: bool = True,
+                       producer_check: bool = True, append_time: int | None = None,
+                       checked: CheckedRecords | None = None
+                       ) -> PreparedAppend | AppendResult:
+        """:meth:`append` up to the write: the records validated, their offsets assigned in a
+        copy, the segment rolled if due; a retried batch's first result instead."""
         # Runs for every produced batch: attributes are read once into locals, and the common
         # case (one batch, no producer id, CreateTime) takes no detours.
         if self.failed:
@@ -328,24 +402,26 @@ class PartitionLog:
                     or next_offset - 1 - segment.base_offset > rb.INT32_MAX):
                 self.roll()
                 segment = self.segments[-1]
-        size_before = segment.size
-        try:
-            if assigned:
-                segment.append(data, assigned)
-            else:
-                segment.append_one(data, next_offset - 1, max_timestamp_of_all)
-        except OSError as exc:
-            self._fail_append(segment, size_before, exc)
-        for _, header in assigned:
-            if header.producer_id >= 0:
-                state.update(header)
-        if transactional:
-            self.txn_index.track(data, assigned, segment.base_offset)
-        self.unflushed_messages += messages
+        return PreparedAppend(data, segment, assigned, base_offset, next_offset - 1,
+                              max_timestamp_of_all, stamp if stamp is not None else -1,
+                              messages, transactional)
+
+    def _finish_append(self, prepared: PreparedAppend) -> AppendResult:
+        """After the write: the producer state, the transaction index, the flush count, the
+        parked fetches."""
+        assigned = prepared.assigned
+        if assigned:
+            state = self.producer_state
+            for _, header in assigned:
+                if header.producer_id >= 0:
+                    state.update(header)
+            if prepared.transactional:
+                self.txn_index.track(prepared.data, assigned, prepared.segment.base_offset)
+        self.unflushed_messages += prepared.messages
         if self.waiters:
             self._wake()
-        return AppendResult(base_offset, stamp if stamp is not None else -1,
-                            self.log_start_offset, next_offset - 1)
+        return AppendResult(prepared.base_offset, prepared.append_time, self.log_start_offset,
+                            prepared.last_offset)
 
     def _require_keys(self, records: bytes, batches: list[tuple[int, rb.BatchHeader]],
                       summaries: dict[int, RecordsSummary]) -> None:
@@ -739,6 +815,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------------------ close
     def close(self) -> None:
+        self.closed = True
         for segment in self.segments:
             segment.close()
 

@@ -242,9 +242,13 @@ class Segment:
     # ------------------------------------------------------------------------------- append
     def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
         """Write already-offset-assigned batches; ``batches`` are their positions in ``data``."""
+        _write_all(self.fd, data, len(data))
+        self.record(len(data), batches)
+
+    def record(self, size: int, batches: list[tuple[int, rb.BatchHeader]]) -> None:
+        """Account for :meth:`append`'s batches once their ``size`` bytes are written (by
+        :meth:`append`, or by a worker thread through :func:`write_detached`)."""
         start = self.size
-        size = len(data)
-        _write_all(self.fd, data, size)
         if start == 0 and batches:
             self.roll_base_ms = batches[0][1].max_timestamp
         for position, header in batches:
@@ -256,9 +260,12 @@ class Segment:
     def append_one(self, data: bytes | bytearray, last_offset: int, max_timestamp: int) -> None:
         """:meth:`append` of one already-offset-assigned batch (all of ``data``), given its
         last offset and max timestamp: the log's path for a batch it keeps no header of."""
+        _write_all(self.fd, data, len(data))
+        self.record_one(len(data), last_offset, max_timestamp)
+
+    def record_one(self, size: int, last_offset: int, max_timestamp: int) -> None:
+        """:meth:`record` of :meth:`append_one`'s batch."""
         start = self.size
-        size = len(data)
-        _write_all(self.fd, data, size)
         if start == 0:
             self.roll_base_ms = max_timestamp
         self._appended(start, last_offset, max_timestamp, size)
@@ -566,6 +573,17 @@ class SegmentRegion(FileRegion):
         # A response dropped without an explicit release (e.g. a throttled fetch's first
         # answer) must not keep the segment's descriptor open.
         self.release()
+
+
+def write_detached(fd: int, data: bytes | bytearray) -> None:
+    """Write ``data`` at the end of the segment open as ``fd`` through a duplicate of ``fd``,
+    for a worker thread: closing the segment meanwhile (its topic deleted) cannot make the
+    write land in whatever file next gets that descriptor number."""
+    own = os.dup(fd)
+    try:
+        _write_all(own, data, len(data))
+    finally:
+        os.close(own)
 
 
 def _write_all(fd: int, data: bytes | bytearray, size: int) -> None:
