@@ -19,6 +19,11 @@ class StorageError(Exception):
 class UnknownTopicOrPartition(StorageError):
     error_code = ErrorCode.unknown_topic_or_partition
 
+    @classmethod
+    def not_hosted(cls, topic: str, partition: int) -> UnknownTopicOrPartition:
+        """Kafka's text for a partition this node does not (or no longer) host."""
+        return cls(f"This server does not host this topic-partition: {topic}-{partition}")
+
 
 class TopicAlreadyExists(StorageError):
     error_code = ErrorCode.topic_already_exists

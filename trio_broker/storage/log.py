@@ -304,8 +304,7 @@ class PartitionLog:
         except OSError as exc:
             self._fail_append(segment, size_before, exc)
         if self.closed:  # deleted while the thread wrote (into the unlinked file)
-            raise UnknownTopicOrPartition(
-                f"This server does not host this topic-partition: {self.topic}-{self.partition}")
+            raise UnknownTopicOrPartition.not_hosted(self.topic, self.partition)
         if prepared.assigned:
             segment.record(len(prepared.data), prepared.assigned)
         else:

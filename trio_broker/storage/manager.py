@@ -102,6 +102,7 @@ class WriteStalls:
         if seconds > self.STALL_S:
             self._until = now + seconds + self.HOLD_S
 
+
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -752,8 +753,7 @@ class LogManager:
     def _log(self, topic: str, partition: int) -> PartitionLog:
         log = self._logs.get((topic, partition))
         if log is None:
-            raise UnknownTopicOrPartition(
-                f"This server does not host this topic-partition: {topic}-{partition}")
+            raise UnknownTopicOrPartition.not_hosted(topic, partition)
         return log
 
     async def append(self, topic: str, partition: int, records: bytes, *,
@@ -776,9 +776,7 @@ class LogManager:
             with trio.CancelScope(shield=True):
                 async with log.write_lock:
                     if log.closed:  # deleted while this append waited its turn
-                        raise UnknownTopicOrPartition(
-                            "This server does not host this topic-partition: "
-                            f"{topic}-{partition}")
+                        raise UnknownTopicOrPartition.not_hosted(topic, partition)
                     # A small append behind a large one is written by a thread too: rare,
                     # and one way is simpler than two.
                     result = await log.append_off_loop(
