@@ -804,8 +804,8 @@ async def test_a_recreated_topic_does_not_inherit_a_deleted_log_start_offset(
 
 
 def test_a_lone_plain_batch_is_stored_as_the_general_path_stores_it(tmp_path: Path) -> None:
-    """``Segment.append_one`` (the log's path for one batch without a producer) leaves the
-    same file, indexes, max timestamp and roll base as ``Segment.append`` with headers."""
+    """``Segment.record_one`` (the log's path for one batch without a producer) leaves the
+    same file, indexes, max timestamp and roll base as ``Segment.record`` with headers."""
     from trio_broker.storage.segment import Segment
 
     (tmp_path / "fast").mkdir()
@@ -823,8 +823,10 @@ def test_a_lone_plain_batch_is_stored_as_the_general_path_stores_it(tmp_path: Pa
             [(None, b"v" * (40 * step), (), stamp + i) for i in range(count)]))
         rb.assign_offset(batch, 0, offset)
         header = rb.decode_header(batch)
-        fast.append_one(batch, header.last_offset, header.max_timestamp)
-        general.append(batch, [(0, header)])
+        fast.write(batch)
+        fast.record_one(len(batch), header.last_offset, header.max_timestamp)
+        general.write(batch)
+        general.record(len(batch), [(0, header)])
         offset = header.next_offset
     for name in ("size", "next_offset", "max_timestamp", "offset_of_max_timestamp",
                  "roll_base_ms", "bytes_since_index"):

@@ -275,14 +275,10 @@ class PartitionLog:
         if isinstance(prepared, AppendResult):  # a retried batch, answered as the first time
             return prepared
         segment = prepared.segment
-        size_before = segment.size
         try:
-            if prepared.assigned:
-                segment.append(prepared.data, prepared.assigned)
-            else:
-                segment.append_one(prepared.data, prepared.last_offset, prepared.max_timestamp)
+            segment.write(prepared.data)
         except OSError as exc:
-            self._fail_append(segment, size_before, exc)
+            self._fail_append(segment, segment.size, exc)
         return self._finish_append(prepared)
 
     async def append_off_loop(self, records: bytes, *, from_client: bool = True,
@@ -298,17 +294,12 @@ class PartitionLog:
         if isinstance(prepared, AppendResult):
             return prepared
         segment = prepared.segment
-        size_before = segment.size
         try:
             await in_worker(None, write_detached, segment.fd, prepared.data)
         except OSError as exc:
-            self._fail_append(segment, size_before, exc)
+            self._fail_append(segment, segment.size, exc)
         if self.closed:  # deleted while the thread wrote (into the unlinked file)
             raise UnknownTopicOrPartition.not_hosted(self.topic, self.partition)
-        if prepared.assigned:
-            segment.record(len(prepared.data), prepared.assigned)
-        else:
-            segment.record_one(len(prepared.data), prepared.last_offset, prepared.max_timestamp)
         return self._finish_append(prepared)
 
     def prepare_append(self, records: bytes, *, from_client: bool = True,
@@ -406,9 +397,14 @@ class PartitionLog:
                               messages, transactional)
 
     def _finish_append(self, prepared: PreparedAppend) -> AppendResult:
-        """After the write: the producer state, the transaction index, the flush count, the
-        parked fetches."""
+        """After the write: the segment's size, index and end offset, the producer state,
+        the transaction index, the flush count, the parked fetches."""
         assigned = prepared.assigned
+        segment = prepared.segment
+        if assigned:
+            segment.record(len(prepared.data), assigned)
+        else:
+            segment.record_one(len(prepared.data), prepared.last_offset, prepared.max_timestamp)
         if assigned:
             state = self.producer_state
             for _, header in assigned:

@@ -240,14 +240,20 @@ class Segment:
         self._closed = False
 
     # ------------------------------------------------------------------------------- append
-    def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
-        """Write already-offset-assigned batches; ``batches`` are their positions in ``data``."""
+    def write(self, data: bytes | bytearray) -> None:
+        """Write already-offset-assigned batches at the end; :meth:`record` or
+        :meth:`record_one` accounts for them."""
         _write_all(self.fd, data, len(data))
+
+    def append(self, data: bytes | bytearray, batches: list[tuple[int, rb.BatchHeader]]) -> None:
+        """:meth:`write` and :meth:`record` (the cleaner's rewritten segments)."""
+        self.write(data)
         self.record(len(data), batches)
 
     def record(self, size: int, batches: list[tuple[int, rb.BatchHeader]]) -> None:
-        """Account for :meth:`append`'s batches once their ``size`` bytes are written (by
-        :meth:`append`, or by a worker thread through :func:`write_detached`)."""
+        """Account for already-offset-assigned batches once their ``size`` bytes are written
+        (by :meth:`write`, or by a worker thread through :func:`write_detached`); ``batches``
+        are their positions in the written bytes with their headers."""
         start = self.size
         if start == 0 and batches:
             self.roll_base_ms = batches[0][1].max_timestamp
@@ -257,14 +263,9 @@ class Segment:
         self.size = start + size
         self.next_offset = batches[-1][1].next_offset
 
-    def append_one(self, data: bytes | bytearray, last_offset: int, max_timestamp: int) -> None:
-        """:meth:`append` of one already-offset-assigned batch (all of ``data``), given its
-        last offset and max timestamp: the log's path for a batch it keeps no header of."""
-        _write_all(self.fd, data, len(data))
-        self.record_one(len(data), last_offset, max_timestamp)
-
     def record_one(self, size: int, last_offset: int, max_timestamp: int) -> None:
-        """:meth:`record` of :meth:`append_one`'s batch."""
+        """:meth:`record` of one batch, given its last offset and max timestamp: the log's
+        path for a batch it keeps no header of."""
         start = self.size
         if start == 0:
             self.roll_base_ms = max_timestamp

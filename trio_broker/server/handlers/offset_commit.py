@@ -220,15 +220,18 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
         ctx.broker.transaction_coordinator.offsets.pending_partitions(group_id)
         if require_stable and not error else ()) if key[0] not in denied_topics}
 
-    def partition(topic: str, index: int) -> Any:
-        committed = None if (topic, index) in unstable else found.get((topic, index))
+    def partition(topic: str | None, index: int) -> Any:
+        """One partition's answer; ``topic`` None: an id this broker has no topic of."""
+        committed = (None if topic is None or (topic, index) in unstable
+                     else found.get((topic, index)))
         return build(
             partition_cls, partition_index=index,
             committed_offset=committed.offset if committed else NO_OFFSET,
             committed_leader_epoch=committed.leader_epoch if committed else -1,
             metadata=committed.metadata if committed else "",
             # Before v2 there is no top-level error: each partition carries it.
-            error_code=ErrorCode.topic_authorization_failed if topic in denied_topics
+            error_code=ErrorCode.unknown_topic_id if topic is None
+            else ErrorCode.topic_authorization_failed if topic in denied_topics
             else ErrorCode.unstable_offset_commit if (topic, index) in unstable
             else ErrorCode(error if ctx.api_version < 2 else 0))
 
@@ -250,14 +253,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, topic_cls: typ
     answered: list[Any] = []
     failed: list[Any] = []
     for t, name in zip(topics, names or (), strict=True):
-        parts: tuple[Any, ...]
-        if name is None:
-            parts = tuple(build(partition_cls, partition_index=i, committed_offset=NO_OFFSET,
-                                committed_leader_epoch=-1, metadata="",
-                                error_code=ErrorCode.unknown_topic_id)
-                          for i in t.partition_indexes)
-        else:
-            parts = tuple(partition(name, int(i)) for i in t.partition_indexes)
+        parts = tuple(partition(name, int(i)) for i in t.partition_indexes)
         entry = build(topic_cls, name=name, topic_id=getattr(t, "topic_id", None),
                       partitions=parts)
         failed_here = ctx.api_version >= 8 and (name is None or name in denied_topics)
