@@ -42,7 +42,7 @@ from .errors import (
     StorageError,
     UnknownTopicOrPartition,
 )
-from .producer_state import ProducerStateManager
+from .producer_state import ProducerStateManager, SnapshotJob
 from .segment import Segment, SegmentRegion, write_detached
 from .topic_config import LogConfig
 from .txn_index import TransactionIndex, control_type
@@ -288,7 +288,11 @@ class PartitionLog:
         for the kernel's writeback (dirty-page throttling) for milliseconds, which on the event
         loop every connection would wait out; in Kafka a request-handler thread writes. The
         caller holds :attr:`write_lock` (no other append may take offsets meanwhile); readers
-        see the records once they are written and accounted for, never in between."""
+        see the records once they are written and accounted for, never in between. A roll
+        that the append's size makes due is done first, off the loop too
+        (:meth:`roll_off_loop`)."""
+        if self.roll_due(len(records)):
+            await self.roll_off_loop()
         prepared = self.prepare_append(records, from_client=from_client,
                                        producer_check=producer_check, checked=checked)
         if isinstance(prepared, AppendResult):
@@ -518,24 +522,72 @@ class PartitionLog:
         try:
             segment = self._new_segment(self.log_end_offset)
         except OSError as exc:
-            # No descriptor or no room for the new files: Kafka's KafkaStorageException
-            # ("Error while rolling log segment"); the old segment stays active.
-            emit("log_roll_failed", topic=self.topic, partition=self.partition,
-                 segment=self.log_end_offset, error=str(exc))
-            raise KafkaStorageError(f"Error while rolling log segment for {self.topic}-"
-                                    f"{self.partition} in dir {self.directory.parent}: "
-                                    f"{exc}") from exc
-        old.on_inactive()
-        segment.next_offset = old.next_offset
-        self._add_segment(segment)
+            raise self._roll_failed(exc) from exc
+        self._activate(old, segment)
         try:
             self.write_snapshot()
         except OSError as exc:
-            emit("log_flush_failed", topic=self.topic, partition=self.partition,
-                 error=f"producer snapshot: {exc}")
+            self._snapshot_failed(exc)
+        self._rolled(old, segment)
+        return segment
+
+    def roll_due(self, size: int) -> bool:
+        """Whether an append of ``size`` bytes rolls the active segment by its size or a full
+        index (:meth:`prepare_append` applies these and the time rule, which needs the
+        batches' timestamps)."""
+        segment = self.segments[-1]
+        return segment.size > 0 and (segment.size > self.config.segment_bytes - size
+                                     or segment.offset_index.full or segment.time_index.full)
+
+    async def roll_off_loop(self) -> None:
+        """:meth:`roll` with the new segment's files created and the producer snapshot written
+        by a worker thread: creating and renaming files waits for the file system's journal,
+        behind the writeback of everything written before (hundreds of milliseconds under a
+        bulk producer), which on the event loop every connection would wait out. The caller
+        holds :attr:`write_lock`, as for :meth:`append_off_loop`."""
+        old = self.active
+        if old.size == 0:
+            return
+        try:
+            segment = await in_worker(None, self._new_segment, self.log_end_offset)
+        except OSError as exc:
+            if self.closed:
+                raise UnknownTopicOrPartition.not_hosted(self.topic, self.partition) from None
+            raise self._roll_failed(exc) from exc
+        if self.closed:  # deleted while the thread created the files
+            segment.close()
+            raise UnknownTopicOrPartition.not_hosted(self.topic, self.partition)
+        self._activate(old, segment)
+        job = self._snapshot_job()
+        if job is not None:
+            try:
+                await in_worker(None, job.write)
+            except OSError as exc:
+                self._snapshot_failed(exc)
+            else:
+                self.producer_state.snapshot_written(job)
+        self._rolled(old, segment)
+
+    def _activate(self, old: Segment, segment: Segment) -> None:
+        old.on_inactive()
+        segment.next_offset = old.next_offset
+        self._add_segment(segment)
+
+    def _roll_failed(self, exc: OSError) -> KafkaStorageError:
+        # No descriptor or no room for the new files: Kafka's KafkaStorageException
+        # ("Error while rolling log segment"); the old segment stays active.
+        emit("log_roll_failed", topic=self.topic, partition=self.partition,
+             segment=self.log_end_offset, error=str(exc))
+        return KafkaStorageError(f"Error while rolling log segment for {self.topic}-"
+                                 f"{self.partition} in dir {self.directory.parent}: {exc}")
+
+    def _snapshot_failed(self, exc: OSError) -> None:
+        emit("log_flush_failed", topic=self.topic, partition=self.partition,
+             error=f"producer snapshot: {exc}")
+
+    def _rolled(self, old: Segment, segment: Segment) -> None:
         emit("log_segment_rolled", topic=self.topic, partition=self.partition,
              segment=segment.base_offset, previous_size=old.size)
-        return segment
 
     # ------------------------------------------------------------------------------ flush
     async def flush(self) -> None:
@@ -815,11 +867,17 @@ class PartitionLog:
             segment.close()
 
     def write_snapshot(self) -> None:
+        job = self._snapshot_job()
+        if job is not None:
+            job.write()
+            self.producer_state.snapshot_written(job)
+
+    def _snapshot_job(self) -> SnapshotJob | None:
         # An aborted transaction only in memory (its .txnindex append failed) must be written
         # first: a snapshot past its marker would keep the next start from replaying it.
         self.txn_index.write_unwritten()
         self.producer_state.map_end_offset = self.log_end_offset
-        self.producer_state.write_snapshot()
+        return self.producer_state.snapshot_job()
 
     def delete_files(self) -> None:
         self.close()

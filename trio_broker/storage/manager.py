@@ -768,7 +768,8 @@ class LogManager:
         log = self._log(topic, partition)
         large = len(records) >= OFF_LOOP_WRITE_BYTES
         started = time.perf_counter() if large else 0.0
-        if not log.write_lock.locked() and not (large and self.write_stalls.off_loop(started)):
+        if (not log.write_lock.locked() and not (large and self.write_stalls.off_loop(started))
+                and not log.roll_due(len(records))):
             result = log.append(records, from_client=producer_check,
                                 producer_check=producer_check, checked=checked)
         else:
@@ -777,8 +778,8 @@ class LogManager:
                 async with log.write_lock:
                     if log.closed:  # deleted while this append waited its turn
                         raise UnknownTopicOrPartition.not_hosted(topic, partition)
-                    # A small append behind a large one is written by a thread too: rare,
-                    # and one way is simpler than two.
+                    # A small append behind a large one (or one that rolls the segment) is
+                    # written by a thread too: rare, and one way is simpler than two.
                     result = await log.append_off_loop(
                         records, from_client=producer_check, producer_check=producer_check,
                         checked=checked)

@@ -58,6 +58,49 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == rb.INT32_MAX)
 
 
+def snapshot_files(directory: Path) -> list[tuple[int, Path]]:
+    """A partition directory's snapshot files, ``(offset, path)`` oldest first."""
+    found = []
+    for path in directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+        try:
+            found.append((int(path.name[: -len(SNAPSHOT_SUFFIX)]), path))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+@attrs.frozen
+class SnapshotJob:
+    """A copy of one partition's producer state at ``offset``, to be written as its snapshot
+    file (:meth:`ProducerStateManager.snapshot_job`); ``write`` touches nothing shared."""
+
+    path: Path
+    offset: int
+    #: ``(producer id, epoch, last timestamp, batches)`` per producer.
+    producers: tuple[tuple[int, int, int, tuple[BatchMetadata, ...]], ...]
+    txns: dict[int, int]
+    keep: int
+
+    def write(self) -> None:
+        """Write the file (through a temporary one and a rename) and delete all but the
+        newest ``keep`` snapshots."""
+        payload = {
+            "version": 1,
+            "offset": self.offset,
+            "producers": [
+                {"id": producer_id, "epoch": epoch, "last_timestamp": last_timestamp,
+                 "batches": [attrs.astuple(b) for b in batches]}
+                for producer_id, epoch, last_timestamp, batches in self.producers
+            ],
+            "txns": {str(pid): first for pid, first in self.txns.items()},
+        }
+        tmp = self.path.with_suffix(".snapshot.tmp")
+        tmp.write_text(json.dumps(payload), encoding="utf-8")
+        os.replace(tmp, self.path)
+        for _, old in snapshot_files(self.path.parent)[:-self.keep]:
+            old.unlink(missing_ok=True)
+
+
 class ProducerStateManager:
     """Producer entries of one partition."""
 
@@ -179,40 +222,37 @@ class ProducerStateManager:
         self._snapshot_at = -1
 
     # --------------------------------------------------------------------------- snapshots
-    def snapshot_files(self) -> list[tuple[int, Path]]:
-        found = []
-        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
-            try:
-                found.append((int(path.name[: -len(SNAPSHOT_SUFFIX)]), path))
-            except ValueError:
-                continue
-        return sorted(found)
-
     def write_snapshot(self, keep: int = 2) -> None:
         """Save the state at ``map_end_offset`` and keep only the newest ``keep`` snapshots.
 
         As Kafka's ``takeSnapshot``, nothing is written when the newest snapshot already holds
         this state: a clean shutdown of 10,000 idle partitions wrote 10,000 files (8 s, past
         the graceful shutdown deadline) every time."""
-        path = self.directory / f"{self.map_end_offset:020d}{SNAPSHOT_SUFFIX}"
-        if self._snapshot_at == self.map_end_offset and path.exists():
-            return
-        payload = {
-            "version": 1,
-            "offset": self.map_end_offset,
-            "producers": [
-                {"id": e.producer_id, "epoch": e.epoch, "last_timestamp": e.last_timestamp,
-                 "batches": [attrs.astuple(b) for b in e.batches]}
-                for e in self.producers.values()
-            ],
-            "txns": {str(pid): first for pid, first in self.ongoing_txns.items()},
-        }
-        tmp = path.with_suffix(".snapshot.tmp")
-        tmp.write_text(json.dumps(payload), encoding="utf-8")
-        os.replace(tmp, path)
-        for _, old in self.snapshot_files()[:-keep]:
-            old.unlink(missing_ok=True)
-        self._snapshot_at = self.map_end_offset
+        job = self.snapshot_job(keep)
+        if job is not None:
+            job.write()
+            self.snapshot_written(job)
+
+    def snapshot_job(self, keep: int = 2) -> SnapshotJob | None:
+        """The state at ``map_end_offset`` copied into a :class:`SnapshotJob`, whose ``write``
+        may run in a worker thread while this state moves on (a roll under write pressure:
+        creating and renaming files waits for the disk); None when the newest snapshot
+        already holds this state. :meth:`snapshot_written` records a written job."""
+        offset = self.map_end_offset
+        path = self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        if self._snapshot_at == offset and path.exists():
+            return None
+        # The entries' deques change with every append; their batches are frozen.
+        producers = tuple((e.producer_id, e.epoch, e.last_timestamp, tuple(e.batches))
+                          for e in self.producers.values())
+        return SnapshotJob(path, offset, producers, dict(self.ongoing_txns), keep)
+
+    def snapshot_written(self, job: SnapshotJob) -> None:
+        if job.offset == self.map_end_offset:
+            self._snapshot_at = job.offset
+
+    def snapshot_files(self) -> list[tuple[int, Path]]:
+        return snapshot_files(self.directory)
 
     def load_snapshot(self, max_offset: int, min_offset: int) -> bool:
         """Load the newest readable snapshot within ``[min_offset, max_offset]``; delete
