@@ -17,7 +17,8 @@ also: the light producers' answered requests/s and errors, the broker's idle gau
 (``metrics_snapshot`` every second: NetworkProcessorAvgIdlePercent,
 RequestHandlerAvgIdlePercent), and the CPU (% of one core) of the broker, the heavy producer's
 process and the light producers' process, read from /proc; and the light producers' answer
-latency (send to answer), its 99th percentile per mixed window.
+latency (send to answer), its 99th percentile per mixed window, and the runs of the broker's
+event loop over 5 ms (its ``event_loop_blocked`` lines): how many, how long, and where.
 
 Then the same schedule runs against the reference broker (tansu, memory storage; skipped with
 ``--no-reference``): issue 35 asks for the heavy producer's mixed MB/s at >= 1.5x tansu's and
@@ -230,6 +231,11 @@ class Window:
     #: The same requests' time inside the broker (its request log's ``total_ms``), p99 (ms):
     #: the rest of ``light_p99_ms`` passed before the broker read the frame, or in the client
     light_broker_p99_ms: float = float("nan")
+    #: The broker's event loop held in runs over ``BLOCKED_THRESHOLD_MS`` (its
+    #: ``event_loop_blocked`` lines): how many, their total ms, and where, most time first.
+    blocked_runs: int = 0
+    blocked_ms: float = 0.0
+    blocked_where: dict[str, float] = attrs.field(factory=dict)
 
 
 def runqueue_wait(pid: int) -> float:
@@ -333,7 +339,8 @@ def _broker_readings(log_path: Path, windows: list[Window]) -> None:
     light: list[list[float]] = [[] for _ in windows]
     for line in log_path.read_text(encoding="utf-8").splitlines():
         snapshot = '"event":"metrics_snapshot"' in line
-        if not snapshot and '"client_id":"light"' not in line:
+        blocked = '"event":"event_loop_blocked"' in line
+        if not snapshot and not blocked and '"client_id":"light"' not in line:
             continue
         event = json.loads(line)
         stamp = datetime.datetime.fromisoformat(
@@ -341,7 +348,13 @@ def _broker_readings(log_path: Path, windows: list[Window]) -> None:
         for index, window in enumerate(windows):
             if not window.since <= stamp <= window.until:
                 continue
-            if snapshot:
+            if blocked:
+                window.blocked_runs += 1
+                window.blocked_ms += float(event["duration_ms"])
+                where = event.get("where") or "?"
+                window.blocked_where[where] = (window.blocked_where.get(where, 0.0)
+                                               + float(event["duration_ms"]))
+            elif snapshot:
                 counts[index] += 1
                 for key in GAUGES:
                     sums[index][key] = sums[index].get(key, 0.0) + float(event[key])
@@ -391,6 +404,8 @@ def measure(light: int, seconds: float, settle: float, rounds: int,
     raise_fd_limit()
     with tempfile.TemporaryDirectory(prefix="trio-broker-many-") as tmp:
         broker = BrokerLauncher(Path(tmp), {"logging.metrics.snapshot.interval.ms": "1000",
+                                            "event.loop.blocked.threshold.ms":
+                                                str(BLOCKED_THRESHOLD_MS),
                                             **(overrides or {})})
         broker.start()
         try:
@@ -400,6 +415,18 @@ def measure(light: int, seconds: float, settle: float, rounds: int,
             broker.stop()
         _broker_readings(broker.log_path, windows)
     return windows
+
+
+#: The broker logs every run of its event loop longer than this (``event_loop_blocked``).
+BLOCKED_THRESHOLD_MS = 5
+
+
+def _blocked_note(window: Window) -> str:
+    """``runs/ms`` of a window's blocked loop, with its three costliest places."""
+    top = sorted(window.blocked_where.items(), key=lambda item: -item[1])[:3]
+    where = "; ".join(f"{name} {ms:.0f} ms" for name, ms in top)
+    return f"{window.blocked_runs} runs {window.blocked_ms:.0f} ms" + (f" ({where})" if top
+                                                                      else "")
 
 
 #: Issue 35's goals for the mixed run: the heavy producer's MB/s against the reference
@@ -460,7 +487,9 @@ def run(quick: bool, light: int | None = None, seconds: float | None = None,
         target=f"<= {LIGHT_P99_TARGET_MS:.0f} ms", met=worst_p99 <= LIGHT_P99_TARGET_MS,
         note="windows: " + ", ".join(f"{p:.1f}" for p in p99s)
         + "; inside the broker (its request log's total_ms, p99): "
-        + rounds_of("mixed", lambda w: w.light_broker_p99_ms, "{:.1f}")))
+        + rounds_of("mixed", lambda w: w.light_broker_p99_ms, "{:.1f}")
+        + f"; the broker's loop held over {BLOCKED_THRESHOLD_MS} ms, per mixed window: "
+        + " | ".join(_blocked_note(w) for w in phases["mixed"])))
     if tansu:
         ref_mixed = median([w.heavy_mbps for w in tansu if w.mixed])
         ref_solo = median([w.heavy_mbps for w in tansu if not w.mixed])
