@@ -35,6 +35,19 @@ from trio_broker.server.app import BrokerApp
 pytest_plugins = ["pytester"]
 
 
+# ---------------------------------------------------------------------- mutation testing
+@pytest.fixture(autouse=True)
+def _fresh_prescan_scanners() -> None:
+    """Under ``nox -s mutation``: the pre-scan's compiled scanners are built anew for each
+    test. They are cached per schema, and mutmut forks each mutant's run from a process that
+    built them while collecting coverage, so a mutant in the code that builds them would
+    otherwise never run (and would count as a survivor)."""
+    if "MUTANT_UNDER_TEST" in os.environ:
+        from trio_broker.protocol import prescan
+
+        prescan.forget_compiled()
+
+
 # ------------------------------------------------------------------------------ logging
 class CapturedLog:
     """The broker's log lines of one test, parsed."""

@@ -350,6 +350,13 @@ _COMPILED: dict[tuple[type, bool], Compiled] = {}
 _BODY_SCANS: dict[type, Scan] = {}
 
 
+def forget_compiled() -> None:
+    """Drop every compiled scanner (they are built again when next needed): for mutation
+    testing, whose mutants of the compiler must run."""
+    _COMPILED.clear()
+    _BODY_SCANS.clear()
+
+
 def compile_schema(schema: type, nullable: bool = False) -> Compiled:
     """The validator for a kio message class (cached per class)."""
     key = (schema, nullable)
