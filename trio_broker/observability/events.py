@@ -60,7 +60,7 @@ REQUIRED_COMMON_FIELDS = ("timestamp", "event")
 _LISTENER = {"listener": STRING}
 _GROUP = {**CONNECTION_FIELDS, "group_id": STRING}
 _AUTHZ = {**CONNECTION_FIELDS, "principal": STRING, "host": STRING, "operation": STRING,
-          "resource_type": STRING, "resource_name": STRING, "reason": STRING}
+          "resource_type": STRING, "resource_name": STRING, "reason": STRING, "acl": STRING}
 _TXN = {**CONNECTION_FIELDS, "transactional_id": STRING, "producer_id": LONG,
         "producer_epoch": LONG}
 
@@ -219,7 +219,8 @@ _EVENT_LIST = [
     # -- authorization (ACLs)
     _spec("authorization_denied", "The authorizer denied an operation on a resource (Kafka's "
           "authorizer log at INFO). host is the client's IP; reason says why (no matching "
-          "ALLOW ACL, or denied by ACL).", _AUTHZ, required=("principal", "operation")),
+          "ALLOW ACL, or denied by ACL); acl is the ACL that decided, as Kafka's AclBinding "
+          "prints it, or empty when none did.", _AUTHZ, required=("principal", "operation")),
     _spec("authorization_allowed", "The authorizer allowed an operation; written only when "
           "logging.level is DEBUG (Kafka logs allowed decisions at DEBUG).", _AUTHZ, "debug"),
     _spec("acl_changed", "CreateAcls or DeleteAcls added or removed an ACL. principal is the "

@@ -136,6 +136,23 @@ class AclBinding:
                    PatternType[data["pattern_type"]], data["principal"], data["host"],
                    AclOperation[data["operation"]], PermissionType[data["permission"]])
 
+    def text(self) -> str:
+        """Kafka's ``AclBinding.toString``: ``(pattern=ResourcePattern(...), entry=(...))``."""
+        return (f"(pattern={pattern_text(self.resource_type, self.name, self.pattern_type)}, "
+                f"entry={entry_text(self.principal, self.host, self.operation, self.permission)})")
+
+
+def pattern_text(rt: ResourceType, name: str | None, pattern: PatternType) -> str:
+    """``ResourcePattern.toString`` (and ``ResourcePatternFilter``'s: ``<any>`` for null)."""
+    return (f"ResourcePattern(resourceType={rt.name}, name={'<any>' if name is None else name}, "
+            f"patternType={pattern.name})")
+
+
+def entry_text(principal: str, host: str, op: AclOperation, perm: PermissionType) -> str:
+    """``AccessControlEntry.toString``."""
+    return (f"(principal={principal}, host={host}, operation={op.name}, "
+            f"permissionType={perm.name})")
+
 
 class AclProblem(ValueError):
     """An ACL or filter Kafka refuses with INVALID_REQUEST; the message is Kafka's."""

@@ -26,6 +26,7 @@ from .acl import (
     AclBinding,
     AclIndex,
     AclOperation,
+    Decision,
     ResourceType,
     parse_super_users,
     sort_key,
@@ -64,10 +65,11 @@ class Authorizer:
             if self._log_allowed:
                 emit("authorization_allowed", principal=principal, host=host,
                      operation=op.name, resource_type=rt.name, resource_name=name,
-                     reason=decision.reason)
+                     reason=decision.reason, acl=_rule(decision))
         elif log_if_denied:
             emit("authorization_denied", principal=principal, host=host, operation=op.name,
-                 resource_type=rt.name, resource_name=name, reason=decision.reason)
+                 resource_type=rt.name, resource_name=name, reason=decision.reason,
+                 acl=_rule(decision))
         return decision.allowed
 
     def authorized_operations(self, principal: str, peer: str, rt: ResourceType,
@@ -120,3 +122,9 @@ def _acl_fields(acl: AclBinding) -> dict[str, str]:
             "pattern_type": acl.pattern_type.name, "acl_principal": acl.principal,
             "host": acl.host, "operation": acl.operation.name,
             "permission": acl.permission.name}
+
+
+def _rule(decision: Decision) -> str:
+    """The ACL that decided, as Kafka's audit line names it (``MatchingAcl``); "" when none
+    did (a super user, no ACL at all, no matching ALLOW)."""
+    return decision.acl.text() if decision.acl is not None else ""

@@ -40,6 +40,8 @@ from ..server.acl import (
     PatternType,
     PermissionType,
     ResourceType,
+    entry_text,
+    pattern_text,
     sort_key,
 )
 from .admin_client import AdminClientError, AdminConnection, UnsupportedVersion, request_module
@@ -159,18 +161,6 @@ def parse_pattern_type(text: str) -> PatternType:
 
 
 # --------------------------------------------------------------------- formatting
-def pattern_text(rt: ResourceType, name: str | None, pattern: PatternType) -> str:
-    """``ResourcePattern.toString`` (and ``ResourcePatternFilter``'s: ``<any>`` for null)."""
-    return (f"ResourcePattern(resourceType={rt.name}, name={'<any>' if name is None else name}, "
-            f"patternType={pattern.name})")
-
-
-def entry_text(principal: str, host: str, op: AclOperation, perm: PermissionType) -> str:
-    """``AccessControlEntry.toString``."""
-    return (f"(principal={principal}, host={host}, operation={op.name}, "
-            f"permissionType={perm.name})")
-
-
 def _block(header: str, entries: list[str]) -> str:
     # AclCommand: s"$header: $Newline ${acls.map("\t" + _).mkString(Newline)} $Newline"
     return f"{header}: {NL} " + NL.join("\t" + e for e in entries) + f" {NL}"
