@@ -248,6 +248,7 @@ class ProducerStateManager:
         return SnapshotJob(path, offset, producers, dict(self.ongoing_txns), keep)
 
     def snapshot_written(self, job: SnapshotJob) -> None:
+        """``job`` is on disk: no new snapshot until the state moves past it."""
         if job.offset == self.map_end_offset:
             self._snapshot_at = job.offset
 
