@@ -228,9 +228,10 @@ class SaslAuthenticator:
             return False, response
         if self.reauthenticating and principal != self.principal:
             self.state = State.FAILED
+            # Kafka's ReauthInfo.ensurePrincipalUnchanged names them <type>.<name>
             raise AuthenticationFailed(
-                f"Cannot change principals during re-authentication from {self.principal}: "
-                f"{principal}", principal)
+                "Cannot change principals during re-authentication from "
+                f"{_dotted(self.principal)}: {_dotted(principal)}", principal)
         self.principal = principal
         self.state = State.COMPLETE
         self.reauthenticating = False
@@ -265,7 +266,8 @@ class SaslAuthenticator:
 
     def _scram_step(self, token: bytes) -> tuple[str, bytes, bool]:
         mechanism = self.mechanism
-        invalid = ("Authentication failed during authentication due to invalid credentials with "
+        phase = "re-authentication" if self.reauthenticating else "authentication"
+        invalid = (f"Authentication failed during {phase} due to invalid credentials with "
                    f"SASL mechanism {mechanism}")
         try:
             text = token.decode("utf-8")
@@ -344,6 +346,12 @@ def _claimed_user(client_first: str) -> str | None:
 def _sasl_name(name: str) -> str:
     """RFC 5802 saslname: '=2C' is ',' and '=3D' is '=' (Kafka's ScramFormatter.username)."""
     return name.replace("=2C", ",").replace("=3D", "=")
+
+
+def _dotted(principal: str) -> str:
+    """``User:alice`` as Kafka's texts print a KafkaPrincipal's type and name: ``User.alice``."""
+    kind, _, name = principal.partition(":")
+    return f"{kind}.{name}"
 
 
 def _same(a: str, b: str) -> bool:
