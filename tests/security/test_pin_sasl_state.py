@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from trio_broker.security.sasl import (
+    AuthenticationFailed,
     JaasError,
     SaslAuthenticator,
     parse_jaas,
@@ -63,11 +64,28 @@ def test_a_session_without_reauth_never_expires() -> None:
 
 def test_reauthentication_keeps_the_mechanism() -> None:
     auth = logged_in(reauth_ms=1000)
-    assert not auth.handshake("SCRAM-SHA-256")  # Kafka: the same mechanism only
+    assert not auth.handshake("GSSAPI")  # not enabled: UNSUPPORTED_SASL_MECHANISM
     assert not auth.reauthenticating
     assert auth.handshake("PLAIN")
     assert auth.reauthenticating
     assert not auth.admits(PRODUCE, 0.5)  # in the middle of re-authenticating
+    assert auth.authenticate(b"\0alice\0pw", 0.5)[0]
+    assert auth.authenticated and not auth.reauthenticating
+
+
+def test_reauthentication_with_another_enabled_mechanism_fails_its_exchange() -> None:
+    # Kafka's SaslServerAuthenticator answers the handshake and fails the SaslAuthenticate
+    # after it (REAUTH_BAD_MECHANISM), whatever the token.
+    auth = logged_in(reauth_ms=1000)
+    assert auth.handshake("SCRAM-SHA-256")
+    assert auth.reauthenticating and auth.mechanism == "PLAIN"
+    with pytest.raises(AuthenticationFailed) as failed:
+        auth.authenticate(b"\0alice\0pw", 0.5)
+    assert failed.value.message == (
+        "SASL mechanism 'SCRAM-SHA-256' requested by client is not supported for "
+        "re-authentication of mechanism 'PLAIN'")
+    assert failed.value.principal == "User:alice"
+    assert not auth.authenticated
 
 
 def test_an_unknown_or_disabled_mechanism_starts_nothing() -> None:

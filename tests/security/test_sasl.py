@@ -359,6 +359,28 @@ async def test_reauthentication_cannot_change_the_principal(start_broker: Any) -
     assert await client.closed_by_peer()
 
 
+async def test_reauthentication_with_another_mechanism_fails_after_the_handshake(
+        start_broker: Any) -> None:
+    """Kafka's REAUTH_BAD_MECHANISM: the handshake naming another enabled mechanism is
+    answered, the SaslAuthenticate after it fails with Kafka's text, and the connection ends."""
+    running = await start_broker(sasl_settings(**{"connections.max.reauth.ms": "60000",
+                                                  "connection.failed.authentication.delay.ms":
+                                                  "0"}))
+    client = await WireClient.connect(running.port)
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    handshake = await client.request(HANDSHAKE, 1,
+                                     SaslHandshakeRequest(mechanism="SCRAM-SHA-256"))
+    assert handshake.error_code == 0
+    response = await client.request(AUTHENTICATE, 2,
+                                    SaslAuthenticateRequest(auth_bytes=b"n,,n=admin,r=abc"))
+    assert response.error_code == 58  # SASL_AUTHENTICATION_FAILED
+    assert response.error_message == (
+        "SASL mechanism 'SCRAM-SHA-256' requested by client is not supported for "
+        "re-authentication of mechanism 'PLAIN'")
+    assert await client.closed_by_peer()
+    assert running.broker.authentication_metrics.total("failed", "SASL_PLAINTEXT") == 1
+
+
 async def test_frames_above_sasl_server_max_receive_size_fail_until_authenticated(
         start_broker: Any, log_events: Any) -> None:
     """Kafka's SaslServerAuthenticator reads with sasl.server.max.receive.size until the client

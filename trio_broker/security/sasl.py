@@ -154,6 +154,9 @@ class SaslAuthenticator:
         self._scram_server: scramp.ScramServer | None = None
         self._scram_user = ""
         self._api_versions_answered = False
+        #: A re-authentication's handshake named another enabled mechanism: Kafka answers it
+        #: and fails the exchange that follows with this text (its REAUTH_BAD_MECHANISM).
+        self._bad_mechanism: str | None = None
         #: The exchange began with SaslHandshake v0: the tokens come without Kafka headers
         #: (Kafka's ``enableKafkaSaslAuthenticateHeaders`` false), and the session can never be
         #: re-authenticated (KIP-368 needs SaslAuthenticate v1).
@@ -199,15 +202,19 @@ class SaslAuthenticator:
         ``raw_tokens``: the handshake was v0, so the tokens that follow come without Kafka
         headers. A re-authentication keeps the framing its session began with (Kafka switches
         to headers on v1 and never back)."""
-        if self.state is State.COMPLETE:
-            if mechanism != self.mechanism:
-                return False
-            self.reauthenticating = True
         if mechanism not in self.mechanisms:
             return False
+        if self.state is State.COMPLETE:
+            self.reauthenticating = True
+            if mechanism != self.mechanism:
+                # SaslServerAuthenticator.ReauthInfo.saslMechanismUnchanged
+                self._bad_mechanism = (
+                    f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                    f"re-authentication of mechanism '{self.mechanism}'")
         if self.state is State.HANDSHAKE:
             self.raw_tokens = raw_tokens
-        self.mechanism = mechanism
+        if self._bad_mechanism is None:
+            self.mechanism = mechanism
         self.state = State.AUTHENTICATE
         return True
 
@@ -216,6 +223,9 @@ class SaslAuthenticator:
 
         Raises :class:`AuthenticationFailed` (the state becomes FAILED: the connection closes
         after the failure delay)."""
+        if self._bad_mechanism is not None:
+            self.state = State.FAILED
+            raise AuthenticationFailed(self._bad_mechanism, self.principal)
         try:
             if self.mechanism == "PLAIN":
                 principal, response, done = self._plain_step(token), b"", True
