@@ -151,9 +151,10 @@ _EVENT_LIST = [
     _spec("event_loop_blocked", "The event loop ran longer than event.loop.blocked.threshold.ms "
           "without polling for I/O: every connection waited that long. api, client_id and "
           "blocked_connection_id name the request being handled then (empty when none was), "
-          "where the broker function it was in.",
+          "where the broker function it was in; gc_ms the part of the run spent in Python's "
+          "cyclic garbage collector (the watchdog cannot look during a collection).",
           {"duration_ms": DOUBLE, "api": STRING, "client_id": STRING,
-           "blocked_connection_id": STRING, "where": STRING}, "warning"),
+           "blocked_connection_id": STRING, "where": STRING, "gc_ms": DOUBLE}, "warning"),
     # -- connections
     _spec("connection_accepted", "A connection was accepted and handed to a processor.",
           {**CONNECTION_FIELDS, "ip": STRING}),

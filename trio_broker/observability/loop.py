@@ -13,12 +13,16 @@ per loop pass) measures:
   in a worker thread held it, which no run of the loop shows;
 * ``event_loop_blocked``: a run longer than ``event.loop.blocked.threshold.ms``. A watchdog
   thread looks at the loop thread's stack while the run is still going and names the request
-  being handled (API, client, connection) and the broker function it was in.
+  being handled (API, client, connection) and the broker function it was in. The time the run
+  spent in the cyclic garbage collector is given too (``gc.callbacks``): a collection is one
+  native call that holds the GIL, so the watchdog cannot look meanwhile, and what it sees after
+  is wherever the collection happened to start.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import threading
 import time
@@ -82,6 +86,10 @@ class LoopInstrument(trio.abc.Instrument):
         self._loop_thread = threading.get_ident()
         self._watchdog: threading.Thread | None = None
         self._stop = threading.Event()
+        #: The current run's time in the cyclic collector (loop thread only), and when the
+        #: collection under way began.
+        self._gc_seconds = 0.0
+        self._gc_since = 0.0
 
     # ---------------------------------------------------------------- trio.abc.Instrument
     def before_io_wait(self, timeout: float) -> None:
@@ -104,6 +112,7 @@ class LoopInstrument(trio.abc.Instrument):
             self._waiting_since = None
         self._running_since = now
         self._runs += 1
+        self._gc_seconds = 0.0
 
     # ------------------------------------------------------------------------- readings
     def idle_ratio(self) -> float:
@@ -148,6 +157,8 @@ class LoopInstrument(trio.abc.Instrument):
         suspect = self._suspect
         culprit = suspect[1] if suspect is not None and suspect[0] == self._runs else {}
         self._suspect = None
+        if self._gc_seconds:
+            culprit = {**culprit, "gc_ms": round(self._gc_seconds * 1000, 3)}
         if self.on_blocked is not None:
             # An instrument that raises is removed by Trio: a failed log write must not.
             with contextlib.suppress(Exception):
@@ -162,12 +173,26 @@ class LoopInstrument(trio.abc.Instrument):
         self._watchdog = threading.Thread(target=self._watch, name="event-loop-watchdog",
                                           daemon=True)
         self._watchdog.start()
+        gc.callbacks.append(self._collected)
 
     def stop_watchdog(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._collected)
         self._stop.set()
         if self._watchdog is not None:
             self._watchdog.join(timeout=5)
             self._watchdog = None
+
+    def _collected(self, phase: str, _info: dict[str, int]) -> None:
+        """``gc.callbacks``: time the loop thread's collections (a worker thread's hold the
+        GIL too, but show as the loop waiting for it, not as a collection of its own)."""
+        if threading.get_ident() != self._loop_thread:
+            return
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_since = now
+        else:
+            self._gc_seconds += now - self._gc_since
 
     def _watch(self) -> None:
         interval = self.blocked_threshold_s / 2

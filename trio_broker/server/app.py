@@ -274,4 +274,4 @@ def _loop_blocked(ran_s: float, culprit: dict[str, Any]) -> None:
     emit("event_loop_blocked", duration_ms=round(ran_s * 1000, 3),
          api=culprit.get("api", ""), client_id=culprit.get("client_id", ""),
          blocked_connection_id=culprit.get("connection_id", ""),
-         where=culprit.get("where", ""))
+         where=culprit.get("where", ""), gc_ms=culprit.get("gc_ms", 0.0))
