@@ -236,6 +236,8 @@ class Window:
     blocked_runs: int = 0
     blocked_ms: float = 0.0
     blocked_where: dict[str, float] = attrs.field(factory=dict)
+    #: Of ``blocked_ms``, the time in Python's cyclic garbage collector.
+    blocked_gc_ms: float = 0.0
 
 
 def runqueue_wait(pid: int) -> float:
@@ -351,6 +353,7 @@ def _broker_readings(log_path: Path, windows: list[Window]) -> None:
             if blocked:
                 window.blocked_runs += 1
                 window.blocked_ms += float(event["duration_ms"])
+                window.blocked_gc_ms += float(event.get("gc_ms", 0.0))
                 where = event.get("where") or "?"
                 window.blocked_where[where] = (window.blocked_where.get(where, 0.0)
                                                + float(event["duration_ms"]))
@@ -425,8 +428,8 @@ def _blocked_note(window: Window) -> str:
     """``runs/ms`` of a window's blocked loop, with its three costliest places."""
     top = sorted(window.blocked_where.items(), key=lambda item: -item[1])[:3]
     where = "; ".join(f"{name} {ms:.0f} ms" for name, ms in top)
-    return f"{window.blocked_runs} runs {window.blocked_ms:.0f} ms" + (f" ({where})" if top
-                                                                      else "")
+    return (f"{window.blocked_runs} runs {window.blocked_ms:.0f} ms, of which garbage "
+            f"collection {window.blocked_gc_ms:.0f} ms" + (f" ({where})" if top else ""))
 
 
 #: Issue 35's goals for the mixed run: the heavy producer's MB/s against the reference
