@@ -44,6 +44,19 @@ async def test_a_heavy_request_gets_kafkas_answer_while_others_are_served(
     assert loop_lag.read_lag("test") < GUARD_SECONDS
 
 
+async def metadata_then_blocked_line(broker: Any, log_events: Any, client_id: str = "wire-test"
+                                     ) -> dict[str, Any]:
+    """Send one Metadata request (which the test's interceptor makes hold the loop) and
+    return the first ``event_loop_blocked`` line."""
+    async with await WireClient.connect(broker.port, client_id=client_id) as client:
+        await client.request(3, 12, MetadataRequest(
+            topics=(), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+    with trio.fail_after(5):
+        (blocked, *_) = await log_events.wait_for("event_loop_blocked")
+    return dict(blocked)
+
+
 async def test_a_blocked_loop_is_logged_with_the_request_that_held_it(
         start_broker: Any, log_events: Any) -> None:
     broker = await start_broker({"event.loop.blocked.threshold.ms": "50"})
@@ -55,12 +68,7 @@ async def test_a_blocked_loop_is_logged_with_the_request_that_held_it(
         return await handle(ctx, ctx.request.body)
 
     pool.interceptor = hold_the_loop
-    async with await WireClient.connect(broker.port, client_id="the-heavy-one") as client:
-        await client.request(3, 12, MetadataRequest(
-            topics=(), allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False))
-    with trio.fail_after(5):
-        (blocked, *_) = await log_events.wait_for("event_loop_blocked")
+    blocked = await metadata_then_blocked_line(broker, log_events, "the-heavy-one")
     assert blocked["api"] == "Metadata"
     assert blocked["client_id"] == "the-heavy-one"
     assert blocked["blocked_connection_id"]
@@ -92,12 +100,7 @@ async def test_a_blocked_run_says_how_long_the_garbage_collector_held_it(
 
     collected_ms: list[float] = []
     pool.interceptor = collect_garbage
-    async with await WireClient.connect(broker.port) as client:
-        await client.request(3, 12, MetadataRequest(
-            topics=(), allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False))
-    with trio.fail_after(5):
-        (blocked, *_) = await log_events.wait_for("event_loop_blocked")
+    blocked = await metadata_then_blocked_line(broker, log_events)
     assert blocked["api"] == "Metadata"
     assert collected_ms and blocked["gc_ms"] >= collected_ms[0] * 0.9
     assert blocked["gc_ms"] <= blocked["duration_ms"]

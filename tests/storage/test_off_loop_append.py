@@ -30,6 +30,18 @@ def large_batch(tag: bytes, size: int = OFF_LOOP_WRITE_BYTES) -> bytes:
     return batch([tag * (size // len(tag))])
 
 
+class LoopTicks:
+    """How many times the event loop let another task run: :meth:`run` counts its turns."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def run(self) -> None:
+        while True:
+            self.count += 1
+            await trio.lowlevel.checkpoint()
+
+
 def stalling(lm: LogManager) -> LogManager:
     """``lm`` as after a write that stalled for a minute: large appends go off the loop."""
     lm.write_stalls.observed(time.perf_counter(), 60.0)
@@ -51,24 +63,17 @@ async def test_a_large_append_lets_the_event_loop_run_while_writes_stall(
         tmp_path: Path, stalled: bool) -> None:
     lm = stalling(make(tmp_path)) if stalled else make(tmp_path)
     lm.create_topic("t", 1, LARGE)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.lowlevel.checkpoint()
-
+    ticks = LoopTicks()
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
+            nursery.start_soon(ticks.run)
             await trio.lowlevel.checkpoint()
-            before = ticks
+            before = ticks.count
             small = await lm.append("t", 0, batch([b"small"]))
-            assert ticks == before  # a small append is written at once, on the loop
+            assert ticks.count == before  # a small append is written at once, on the loop
             result = await lm.append("t", 0, large_batch(b"L", 16 << 20))
             # Stalling, the loop went on while the thread wrote; else it was written at once.
-            assert (ticks > before) is stalled
+            assert (ticks.count > before) is stalled
             nursery.cancel_scope.cancel()
     assert (small.base_offset, result.base_offset) == (0, 1)
     assert [offset for offset, _ in read_all(lm, "t")] == [0, 1]

@@ -16,6 +16,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from tests.storage.test_off_loop_append import LoopTicks
 from tests.storage.test_storage import batch, crash, make, read_all
 from trio_broker.storage import LogManager
 from trio_broker.storage import errors as se
@@ -37,27 +38,20 @@ async def test_an_append_that_rolls_lets_the_event_loop_run_and_others_do_not(
     lm = make(tmp_path)
     lm.create_topic("t", 1, SMALL_SEGMENTS)
     log = partition(lm)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.lowlevel.checkpoint()
-
+    ticks = LoopTicks()
     rolled_with_ticks: list[bool] = []
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
+            nursery.start_soon(ticks.run)
             await trio.lowlevel.checkpoint()
             for index in range(12):
-                segments, before = len(log.segments), ticks
+                segments, before = len(log.segments), ticks.count
                 await lm.append("t", 0, batch([b"v%02d" % index], producer_id=3,
                                               producer_epoch=0, base_sequence=index))
                 if len(log.segments) > segments:
-                    rolled_with_ticks.append(ticks > before)
+                    rolled_with_ticks.append(ticks.count > before)
                 else:
-                    assert ticks == before  # no roll: written at once, on the loop
+                    assert ticks.count == before  # no roll: written at once, on the loop
             nursery.cancel_scope.cancel()
     # Every roll let the loop run while its thread created the files and the snapshot.
     assert len(rolled_with_ticks) >= 2 and all(rolled_with_ticks)
