@@ -351,10 +351,11 @@ _BODY_SCANS: dict[type, Scan] = {}
 
 
 def forget_compiled() -> None:
-    """Drop every compiled scanner (they are built again when next needed): for mutation
-    testing, whose mutants of the compiler must run."""
+    """Drop every compiled scanner and generated fast check (they are built again when next
+    needed): for mutation testing, whose mutants of the compiler and generator must run."""
     _COMPILED.clear()
     _BODY_SCANS.clear()
+    _FAST.clear()
 
 
 def compile_schema(schema: type, nullable: bool = False) -> Compiled:
