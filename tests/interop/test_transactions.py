@@ -383,8 +383,10 @@ def test_kill_9_between_prepare_commit_and_a_marker_then_restart(
     bootstrap = process.bootstrap
     create_topic(bootstrap, "mid-commit")
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
-    for _ in range(2000):  # partition 0's segment: the broker's largest file
-        plain.produce("mid-commit", value=b"x" * 1000, partition=0)
+    # Partition 0's segment (6 MB) must be the broker's largest file: the file-size limit below
+    # is its size, and a log file that reached it first lost half a line.
+    for _ in range(2000):
+        plain.produce("mid-commit", value=b"x" * 3000, partition=0)
     assert plain.flush(30) == 0
     producer = txn_producer(bootstrap, "mid-commit-id")
     producer.init_transactions(15)
