@@ -391,8 +391,7 @@ class PartitionLog:
             roll_base = segment.roll_base_ms
             waited = (max_timestamp_of_all - roll_base if roll_base > 0
                       else now_ms() - segment.created_ms)
-            if (segment.size > config.segment_bytes - size or waited > config.segment_ms
-                    or segment.offset_index.full or segment.time_index.full
+            if (self.roll_due(size) or waited > config.segment_ms
                     or next_offset - 1 - segment.base_offset > rb.INT32_MAX):
                 self.roll()
                 segment = self.segments[-1]
@@ -867,17 +866,19 @@ class PartitionLog:
             segment.close()
 
     def write_snapshot(self) -> None:
-        job = self._snapshot_job()
-        if job is not None:
-            job.write()
-            self.producer_state.snapshot_written(job)
+        self._state_at_log_end()
+        self.producer_state.write_snapshot()
 
     def _snapshot_job(self) -> SnapshotJob | None:
-        # An aborted transaction only in memory (its .txnindex append failed) must be written
-        # first: a snapshot past its marker would keep the next start from replaying it.
+        self._state_at_log_end()
+        return self.producer_state.snapshot_job()
+
+    def _state_at_log_end(self) -> None:
+        """Before a snapshot: the producer state as of the log end. An aborted transaction
+        only in memory (its .txnindex append failed) is written first: a snapshot past its
+        marker would keep the next start from replaying it."""
         self.txn_index.write_unwritten()
         self.producer_state.map_end_offset = self.log_end_offset
-        return self.producer_state.snapshot_job()
 
     def delete_files(self) -> None:
         self.close()
