@@ -211,9 +211,8 @@ class SaslAuthenticator:
                 self._bad_mechanism = (
                     f"SASL mechanism '{mechanism}' requested by client is not supported for "
                     f"re-authentication of mechanism '{self.mechanism}'")
-        if self.state is State.HANDSHAKE:
+        if self.state is State.HANDSHAKE:  # a re-authentication keeps its session's mechanism
             self.raw_tokens = raw_tokens
-        if self._bad_mechanism is None:
             self.mechanism = mechanism
         self.state = State.AUTHENTICATE
         return True
