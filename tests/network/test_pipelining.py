@@ -281,12 +281,37 @@ async def test_serial_shutdown_does_not_cut_a_blocked_write(
         while (payload := await client.receive_frame()) is not None:
             seen.append(correlation_of(payload))
     # Every response sent is whole and in order; the one being written when the broker stopped
-    # reading was completed.
+    # reading was completed, and nothing was read after it (thousands more wait in the socket).
     assert seen == list(range(1, len(seen) + 1))
-    assert len(seen) >= answered_before
+    assert len(seen) == answered_before
     [closed] = log_events.events("connection_closed")
     assert closed["reason"] == "shutdown"
     assert closed["requests"] == len(seen)
+
+
+async def test_a_connection_idle_at_shutdown_closes_as_shutdown_while_another_drains(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Stopping to read ends an idle connection at once (it has nothing to drain): its close
+    says ``shutdown``, not ``idle``, and no ``connection_expired`` is logged, although it ends
+    through the same scope as idle expiry, while another connection's request drains."""
+    running = await start_broker()
+    idle = await WireClient.connect(running.port, client_id="idle")
+    await idle.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    busy = await WireClient.connect(running.port, client_id="busy")
+    await busy.send(METADATA, 12, METADATA_ALL_V12)
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(running.shutdown)
+        await log_events.wait_for("shutdown_step", step="processors_stopped_reading")
+        assert await idle.closed_by_peer()
+        [closed] = log_events.events("connection_closed")
+        assert closed["reason"] == "shutdown"
+        assert closed["requests"] == 1
+        assert not log_events.events("connection_expired")
+        blocked_metadata.release.set()
+        await busy.receive()
+    assert [c["reason"] for c in log_events.events("connection_closed")] == ["shutdown"] * 2
 
 
 @pytest.mark.parametrize("inflight", ["1", "8"])

@@ -490,17 +490,20 @@ class Connection(ResponseWriter):
     async def _wait_until_readable(self) -> None:
         """Kafka's mute: do not read while too many requests are in flight or throttled."""
         muted_at: float | None = None
+        muted_for = ""
         throttled = False
         while True:
             if len(self._pending) >= self._max_inflight:
                 if muted_at is None:
-                    muted_at = self._muted("inflight")
+                    muted_for = "inflight"
+                    muted_at = self._muted(muted_for)
                 assert self._inflight_lot is not None  # a serial connection sends before reading
                 await self._inflight_lot.park()
                 continue
             if self._throttle_deadline > trio.current_time():
                 if muted_at is None:
-                    muted_at = self._muted("throttle")
+                    muted_for = "throttle"
+                    muted_at = self._muted(muted_for)
                 throttled = True
                 await trio.sleep_until(self._throttle_deadline)
                 continue
@@ -514,17 +517,24 @@ class Connection(ResponseWriter):
         if throttle_ended:
             emit("throttle_ended", client_id=self._last_client_id, user=self.info.user)
         if muted_at is not None:
-            self._unmuted("ready", muted_at)
+            self._unmuted(muted_for, muted_at)
+
+    def _logs_mute(self, reason: str) -> bool:
+        """In-flight waits are the normal one-request rule: logged only when pipelining. Every
+        other mute (a throttle) is logged, with its unmute."""
+        return reason != "inflight" or self._max_inflight > 1
 
     def _muted(self, reason: str) -> float:
-        # In-flight waits are the normal one-request rule; log them only when pipelining.
-        if reason != "inflight" or self._max_inflight > 1:
+        if self._logs_mute(reason):
             emit("connection_muted", reason=reason, inflight=len(self._pending))
         return trio.current_time()
 
-    def _unmuted(self, reason: str, since: float) -> None:
-        if self._max_inflight > 1:
-            emit("connection_unmuted", reason=reason,
+    def _unmuted(self, muted_for: str, since: float) -> None:
+        """The end of a mute :meth:`_muted` began for ``muted_for``, logged when its start
+        was (a throttled serial connection's unmute too, so every logged mute has its
+        ``muted_ms``)."""
+        if self._logs_mute(muted_for):
+            emit("connection_unmuted", reason="ready",
                  muted_ms=round((trio.current_time() - since) * 1000, 3))
 
     def _buffered_frame(self) -> bytes | None:
