@@ -65,17 +65,19 @@ async def test_waiting_for_an_in_flight_slot_is_logged_when_pipelining_and_ends_
     running = await start_broker({"connection.max.inflight.requests": "2",
                                   "num.io.threads": "4"})
     client = await WireClient.connect(running.port)
+    await trio.sleep(10)  # the clock far from zero: a sum of times would show
     await client.send_raw(b"".join(client.encode(METADATA, 12, METADATA_ALL_V12)
                                    for _ in range(3)))
-    while blocked_metadata.entered < 2:
-        await trio.sleep(0.01)
-    await trio.sleep(1)
+    await trio.testing.wait_all_tasks_blocked()
+    assert blocked_metadata.entered == 2
+    await trio.sleep(1.2345678)
     blocked_metadata.release.set()
     assert [(await client.receive())[0] for _ in range(3)] == [1, 2, 3]
     [muted] = log_events.events("connection_muted")
     assert (muted["reason"], muted["inflight"]) == ("inflight", 2)
     [unmuted] = log_events.events("connection_unmuted")
-    assert unmuted["muted_ms"] >= 1000
+    # Milliseconds with three decimals (microseconds), as every *_ms field of the log.
+    assert unmuted["muted_ms"] == 1234.568
     assert not log_events.events("throttle_ended")
     await client.aclose()
 

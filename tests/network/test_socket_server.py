@@ -50,7 +50,8 @@ async def test_client_information_with_latest_api_versions(broker: Any, log_even
     requests = await log_events.wait_for("request", api="Metadata")
     assert requests[-1]["client_software_name"] == "wire-test"
     assert requests[-1]["client_software_version"] == "1.0"
-    assert log_events.events("client_registered", client_software_name="wire-test")
+    assert log_events.events("client_registered", client_software_name="wire-test",
+                             client_software_version="1.0")
 
 
 async def test_client_information_with_oldest_api_versions(broker: Any, log_events: Any) -> None:
@@ -64,13 +65,20 @@ async def test_client_information_with_oldest_api_versions(broker: Any, log_even
     assert requests[-1]["client_software_name"] == "unknown"
 
 
-async def test_invalid_client_software_name_gets_invalid_request(broker: Any) -> None:
+@pytest.mark.parametrize(("name", "version"), [("bad name!", "1"), ("good", "bad version!")])
+async def test_invalid_client_software_gets_invalid_request_and_is_not_registered(
+        broker: Any, log_events: Any, name: str, version: str) -> None:
+    """Kafka's ApiVersionsRequest.isValid: name and version must both match its pattern; a
+    refused ApiVersions registers neither (no ``client_registered``, ``unknown`` in the log)."""
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
     client = await WireClient.connect(broker.port)
     body = await client.request(API_VERSIONS, 3, ApiVersionsRequest(
-        client_software_name="bad name!", client_software_version="1"))
+        client_software_name=name, client_software_version=version))
     assert body.error_code == ErrorCode.invalid_request
+    [request] = await log_events.wait_for("request", api="ApiVersions")
+    assert request["client_software_name"] == "unknown"
+    assert not log_events.events("client_registered")
 
 
 async def test_unsupported_api_versions_version_is_answered_as_v0(broker: Any) -> None:

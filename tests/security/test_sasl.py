@@ -290,6 +290,10 @@ async def test_pipelined_login_is_served_in_order(start_broker: Any, log_events:
     await client.aclose()
     metadata = log_events.events("request", api="Metadata")
     assert [r["principal"] for r in metadata] == ["User:admin"] * 2
+    # Reading one request at a time before the login is the one-request rule, not a mute
+    # worth a line (as with connection.max.inflight.requests=1).
+    assert not log_events.events("connection_muted")
+    assert not log_events.events("connection_unmuted")
 
 
 async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
