@@ -203,6 +203,39 @@ async def test_a_blocked_write_reads_at_most_a_mib_ahead(
     await client.aclose()
 
 
+@pytest.mark.parametrize("inflight", ["1", "16"])
+async def test_a_frame_larger_than_the_read_ahead_takes_the_rest_from_the_pool_once(
+        start_broker: Any, inflight: str, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A 2 MiB frame arriving while a write is blocked can never be wholly read ahead (1 MiB):
+    when the reader reaches it, the part the read-ahead holds moves to the frame and the rest
+    comes from the pool, which has room, so there is no memory mute, and once everything is
+    answered the pool holds nothing."""
+    from tests.server.test_produce_fetch import batch, produce_body
+
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "socket.send.stall.timeout.ms": "-1",
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
+    pool = running.app.socket_server.memory_pool
+    client = await connect_small(running.port)
+    many = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(2000))
+    big = client.encode(0, 9, produce_body(9, {("t", 0): batch(b"x" * 2_000_000)}, acks=1))
+    after = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(10))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.send_raw, many + big + after)
+        seen: list[int] = []
+        while len(seen) < 2011:
+            payload = await client.receive_frame()
+            assert payload is not None
+            seen.append(correlation_of(payload))
+    assert seen == list(range(1, 2012))
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.used == 0
+    assert not log_events.events("connection_muted", reason="memory")
+    await client.aclose()
+
+
 async def test_slow_reader_is_not_a_stall(start_broker: Any, log_events: Any,
                                           autojump_clock: trio.testing.MockClock) -> None:
     """Progress is bytes accepted by the kernel: a reader far slower than the stall bound in
