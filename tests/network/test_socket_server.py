@@ -553,6 +553,26 @@ async def test_remote_close_send_failure(start_broker: Any, blocked_metadata: Bl
     await other.request(API_VERSIONS, 3, API_VERSIONS_V3)
 
 
+async def test_a_connection_logs_its_accept_and_its_close_with_what_it_did(
+        start_broker: Any, log_events: Any, autojump_clock: trio.testing.MockClock) -> None:
+    """``connection_accepted`` names the peer's address; ``connection_closed`` why it ended
+    (the client's end of stream), how many requests it read and how long it lived."""
+    running = await start_broker()
+    client = await WireClient.connect(running.port)
+    port = client.stream.socket.getsockname()[1]
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    await trio.sleep(3.25)
+    await client.aclose()
+    [closed] = await log_events.wait_for("connection_closed")
+    [accepted] = log_events.events("connection_accepted")
+    assert accepted["ip"] == "127.0.0.1"
+    assert accepted["connection_id"] == closed["connection_id"]
+    assert accepted["peer"] == closed["peer"] == f"127.0.0.1:{port}"
+    assert (closed["reason"], closed["detail"], closed["requests"]) == ("client", "end of stream", 2)
+    assert closed["duration_ms"] == pytest.approx(3250, abs=50)
+
+
 async def test_shutdown_closes_connections_with_reason(start_broker: Any, log_events: Any) -> None:
     running = await start_broker()
     client = await WireClient.connect(running.port)
