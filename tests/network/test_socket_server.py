@@ -104,15 +104,17 @@ async def test_too_big_request_is_rejected(start_broker: Any, log_events: Any) -
     client = await WireClient.connect(running.port)
     await client.send_raw(struct.pack(">i", 1001) + b"\x00" * 100)
     assert await client.closed_by_peer()
-    assert log_events.events("invalid_request", reason="invalid_size", size=1001)
-    await log_events.wait_for("connection_closed", reason="invalid_frame")
+    text = "Invalid receive (size = 1001 larger than 1000)"  # Kafka's InvalidReceiveException
+    assert log_events.events("invalid_request", reason="invalid_size", size=1001, detail=text)
+    await log_events.wait_for("connection_closed", reason="invalid_frame", detail=text)
 
 
 async def test_negative_size_is_rejected(broker: Any, log_events: Any) -> None:
     client = await WireClient.connect(broker.port)
     await client.send_raw(struct.pack(">i", -5))
     assert await client.closed_by_peer()
-    assert log_events.events("invalid_request", reason="invalid_size", size=-5)
+    assert log_events.events("invalid_request", reason="invalid_size", size=-5,
+                             detail="Invalid receive (size = -5)")
 
 
 @pytest.mark.parametrize(("api_key", "version", "reason"), [

@@ -20,7 +20,9 @@ class InvalidFrameSize(Exception):
     def __init__(self, size: int, limit: int) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f"invalid frame size {size} (limit {limit})")
+        # Kafka's NetworkReceive text, which operators search their logs for.
+        super().__init__(f"Invalid receive (size = {size})" if size < 0 else
+                         f"Invalid receive (size = {size} larger than {limit})")
 
 
 class FrameDecoder:
