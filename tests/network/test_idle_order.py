@@ -60,6 +60,9 @@ async def test_an_idle_connection_behind_an_older_active_one_expires_on_time(
         idle_expired = trio.current_time()
     assert idle_expired - idle_last == pytest.approx(IDLE, abs=1e-6)
     [expired] = log_events.events("connection_expired")
+    assert expired["idle_ms"] == float(IDLE_MS)
+    [closed] = log_events.events("connection_closed")
+    assert (closed["reason"], closed["detail"]) == ("idle", "")
     # ... and A is still open at 2.7 s, then expires at its own deadline
     assert not readable(active)
     assert await active.closed_by_peer()

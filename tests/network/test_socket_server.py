@@ -560,6 +560,7 @@ async def test_a_connection_logs_its_accept_and_its_close_with_what_it_did(
     """``connection_accepted`` names the peer's address; ``connection_closed`` why it ended
     (the client's end of stream), how many requests it read and how long it lived."""
     running = await start_broker()
+    await trio.sleep(100)  # the clock far from zero: a sum of times would show
     client = await WireClient.connect(running.port)
     port = client.stream.socket.getsockname()[1]
     await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
@@ -572,7 +573,33 @@ async def test_a_connection_logs_its_accept_and_its_close_with_what_it_did(
     assert accepted["connection_id"] == closed["connection_id"]
     assert accepted["peer"] == closed["peer"] == f"127.0.0.1:{port}"
     assert (closed["reason"], closed["detail"], closed["requests"]) == ("client", "end of stream", 2)
-    assert closed["duration_ms"] == pytest.approx(3250, abs=50)
+    assert closed["duration_ms"] == pytest.approx(3250, abs=0.5)
+    # kafka.server:type=socket-server-metrics connection-close-total, by listener and reason
+    registry = running.app.socket_server.metrics.registry
+    assert registry.get_sample_value("kafka_server_socket_server_metrics_connection_close_total",
+                                     {"listener": closed["listener"], "reason": "client"}) == 1
+
+
+async def test_a_bug_in_a_connection_costs_that_connection_only(
+        start_broker: Any, log_events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception escaping a connection's own code (a bug) closes that connection with
+    reason ``error`` and the exception in ``detail``; the broker serves the others."""
+    from trio_broker.network.connection import Connection
+
+    running = await start_broker()
+
+    def broken(self: Any, body: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Connection, "_register_client", broken)
+    victim = await WireClient.connect(running.port)
+    await victim.send(API_VERSIONS, 3, API_VERSIONS_V3)  # ApiVersions registers its client
+    assert await victim.closed_by_peer()
+    [closed] = await log_events.wait_for("connection_closed")
+    assert (closed["reason"], closed["detail"]) == ("error", "RuntimeError('a bug')")
+    monkeypatch.undo()
+    other = await WireClient.connect(running.port)
+    assert (await other.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == ErrorCode.none
 
 
 async def test_shutdown_closes_connections_with_reason(start_broker: Any, log_events: Any) -> None:
@@ -580,7 +607,7 @@ async def test_shutdown_closes_connections_with_reason(start_broker: Any, log_ev
     client = await WireClient.connect(running.port)
     await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
     await running.shutdown()
-    assert log_events.events("connection_closed", reason="shutdown")
+    assert log_events.events("connection_closed", reason="shutdown", detail="")
 
 
 async def test_no_op_action_lets_the_next_request_through(broker: Any, log_events: Any) -> None:
