@@ -74,6 +74,16 @@ async def test_ssl_listener_serves_requests(start_broker: Any, certs: Certs,
     assert all(r["security_protocol"] == "SSL" for r in requests)
 
 
+async def test_ssl_listener_with_idle_expiry_off_serves_requests(start_broker: Any,
+                                                                 certs: Certs) -> None:
+    """connections.max.idle.ms=-1 (Kafka: never expire) also leaves the TLS handshake
+    without a deadline, rather than failing it."""
+    running = await start_broker(tls_settings(certs, **{"connections.max.idle.ms": "-1"}))
+    client = await tls_client(running.port, client_context(certs))
+    assert (await client.request(API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+    await client.aclose()
+
+
 async def test_mtls_principal_is_the_certificate_subject(start_broker: Any, certs: Certs,
                                                          log_events: Any) -> None:
     running = await start_broker(tls_settings(
