@@ -236,6 +236,51 @@ async def test_a_frame_larger_than_the_read_ahead_takes_the_rest_from_the_pool_o
     await client.aclose()
 
 
+@pytest.mark.parametrize("inflight", ["1", "16"])
+async def test_a_reader_waiting_for_memory_first_gives_back_what_its_read_ahead_holds(
+        start_broker: Any, blocked_metadata: BlockedHandler, inflight: str, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A 64 KiB pool, 60 kB of it held by another connection's request (its handler waits).
+    A client that sends a 30 kB frame behind a blocked write: its read-ahead takes what the
+    pool has left (the frame's first part), so the reader finds no room for the rest and
+    waits for memory. It must first give back what its own read-ahead holds (Kafka never lets
+    a channel wait for memory it holds itself): then the pool has room and the frame is read
+    while the other request still holds its 60 kB; keeping it, the reader would wait for the
+    other connection."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    from tests.server.test_produce_fetch import batch, produce_body
+
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "socket.send.stall.timeout.ms": "-1",
+                                  "queued.max.request.bytes": str(64 * 1024),
+                                  "socket.request.max.bytes": str(64 * 1024)})
+    pool = running.app.socket_server.memory_pool
+    holder = await WireClient.connect(running.port)
+    topics = tuple(MetadataRequestTopic(topic_id=None, name=f"t{i:027d}") for i in range(1300))
+    await holder.send(METADATA, 12, MetadataRequest(
+        topics=topics, allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    await wait_for(lambda: blocked_metadata.entered == 1)
+    assert pool.used > 59_000
+    client = await connect_small(running.port)
+    many = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(200))
+    big = client.encode(0, 9, produce_body(9, {("t", 0): batch(b"x" * 30_000)}, acks=1))
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.send_raw, many + big)
+            await trio.sleep(1)  # the broker's writes block; its read-ahead empties the pool
+            seen = [correlation_of(await client.receive_frame() or b"") for _ in range(201)]
+    assert seen == list(range(1, 202))
+    assert blocked_metadata.entered == 1 and not blocked_metadata.release.is_set()
+    assert log_events.events("connection_muted", reason="memory")
+    blocked_metadata.release.set()
+    await holder.receive()
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.used == 0
+    await client.aclose()
+
+
 async def test_slow_reader_is_not_a_stall(start_broker: Any, log_events: Any,
                                           autojump_clock: trio.testing.MockClock) -> None:
     """Progress is bytes accepted by the kernel: a reader far slower than the stall bound in

@@ -109,6 +109,25 @@ async def test_too_big_request_is_rejected(start_broker: Any, log_events: Any) -
     await log_events.wait_for("connection_closed", reason="invalid_frame", detail=text)
 
 
+async def test_a_closed_or_refused_frame_gives_its_memory_back(
+        start_broker: Any, log_events: Any) -> None:
+    """The memory a frame reserved (queued.max.request.bytes) comes back however the frame
+    ends: a client gone in the middle of it, or an empty frame (no header) refused."""
+    running = await start_broker({"queued.max.request.bytes": str(100 * 1024 * 1024)})
+    pool = running.app.socket_server.memory_pool
+    gone = await WireClient.connect(running.port)
+    await gone.send_raw(struct.pack(">i", 1000) + b"\x00" * 100)  # 100 of 1,000 bytes, then gone
+    await wait_for(lambda: pool.used == 1000)
+    await gone.aclose()
+    await log_events.wait_for("connection_closed", reason="client")
+    assert pool.used == 0
+    empty = await WireClient.connect(running.port)
+    await empty.send_raw(struct.pack(">i", 0))
+    assert await empty.closed_by_peer()
+    await log_events.wait_for("connection_closed", reason="invalid_frame")
+    assert pool.used == 0
+
+
 async def test_negative_size_is_rejected(broker: Any, log_events: Any) -> None:
     client = await WireClient.connect(broker.port)
     await client.send_raw(struct.pack(">i", -5))
