@@ -148,7 +148,11 @@ async def test_disabled_or_unknown_request_is_rejected(broker: Any, log_events: 
     header = struct.pack(">hhi", api_key, version, 7) + struct.pack(">h", -1)
     await client.send_raw(struct.pack(">i", len(header)) + header)
     assert await client.closed_by_peer()
-    assert log_events.events("invalid_request", reason=reason, api_key=api_key)
+    [refused] = log_events.events("invalid_request", reason=reason, api_key=api_key)
+    assert refused["api_version"] == version
+    [closed] = await log_events.wait_for("connection_closed")
+    assert closed["reason"] == "invalid_frame"
+    assert closed["detail"] == f"{reason}: {refused['detail']}" and refused["detail"]
 
 
 async def test_unparseable_body_closes_the_connection(broker: Any, log_events: Any) -> None:
