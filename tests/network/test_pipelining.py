@@ -45,6 +45,31 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None
 def correlation_of(payload: bytes) -> int:
     return int(struct.unpack_from(">i", payload, 0)[0])
 
+async def read_ahead_broker(start_broker: Any, inflight: str, **extra: str
+                            ) -> tuple[Any, Any, WireClient]:
+    """A broker whose writes block at once (small buffers, no stall bound) with a 100 MB pool
+    unless ``extra`` says otherwise, its pool, and a client that reads only when told."""
+    running = await start_broker({**SMALL_BROKER_BUFFERS,
+                                  "connection.max.inflight.requests": inflight,
+                                  "socket.send.stall.timeout.ms": "-1",
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024), **extra})
+    return running, running.app.socket_server.memory_pool, await connect_small(running.port)
+
+
+def api_versions_burst(client: WireClient, count: int) -> bytes:
+    return b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(count))
+
+
+async def correlations(client: WireClient, count: int) -> list[int]:
+    """The correlation ids of the next ``count`` responses."""
+    seen = []
+    for _ in range(count):
+        payload = await client.receive_frame()
+        assert payload is not None
+        seen.append(correlation_of(payload))
+    return seen
+
+
 
 async def read_correlations(client: WireClient, count: int) -> list[int]:
     """The correlation ids of the next ``count`` responses (frames only, no body decoding)."""
@@ -120,7 +145,7 @@ async def test_peer_that_never_reads_is_closed_after_the_stall_bound(
                                   "socket.send.stall.timeout.ms": "2000",
                                   "queued.max.request.bytes": str(100 * 1024 * 1024)})
     client = await connect_small(running.port)
-    burst = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(5000))
+    burst = api_versions_burst(client, 5000)
     start = trio.current_time()
     # The broker reads the burst ahead (its writes are blocked), stalls and closes; the client
     # never reads a byte.
@@ -150,13 +175,8 @@ async def test_what_a_blocked_write_reads_ahead_is_held_in_the_memory_pool(
     queued.max.request.bytes until the reader takes them: 200 clients that do not read, each
     sending a MiB, held 267 MB beside a 100 MB pool. Taking the frames gives the reservation
     back, nothing is left over, and every request is still answered in order."""
-    running = await start_broker({**SMALL_BROKER_BUFFERS,
-                                  "connection.max.inflight.requests": inflight,
-                                  "socket.send.stall.timeout.ms": "-1",
-                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
-    pool = running.app.socket_server.memory_pool
-    client = await connect_small(running.port)
-    burst = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(5000))
+    running, pool, client = await read_ahead_broker(start_broker, inflight)
+    burst = api_versions_burst(client, 5000)
     await client.send_raw(burst)  # the broker's writes block; it reads the rest ahead
     await trio.testing.wait_all_tasks_blocked()
     assert len(burst) // 4 < pool.used <= len(burst)
@@ -186,12 +206,7 @@ async def test_a_blocked_write_reads_at_most_a_mib_ahead(
     """A client that sends and never reads: the read-ahead stops at 1 MiB per connection
     (plus the frame being handled); the rest waits in the kernel, where TCP's window holds
     the client back (docs/development.md: the read-ahead's bound)."""
-    running = await start_broker({**SMALL_BROKER_BUFFERS,
-                                  "connection.max.inflight.requests": inflight,
-                                  "socket.send.stall.timeout.ms": "-1",
-                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
-    pool = running.app.socket_server.memory_pool
-    client = await connect_small(running.port)
+    running, pool, client = await read_ahead_broker(start_broker, inflight)
     frame = client.encode(API_VERSIONS, 3, API_VERSIONS_V3)
     async with trio.open_nursery() as nursery:
         # 3 MiB of requests; the send itself blocks once the broker stops reading.
@@ -213,23 +228,13 @@ async def test_a_frame_larger_than_the_read_ahead_takes_the_rest_from_the_pool_o
     answered the pool holds nothing."""
     from tests.server.test_produce_fetch import batch, produce_body
 
-    running = await start_broker({**SMALL_BROKER_BUFFERS,
-                                  "connection.max.inflight.requests": inflight,
-                                  "socket.send.stall.timeout.ms": "-1",
-                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
-    pool = running.app.socket_server.memory_pool
-    client = await connect_small(running.port)
-    many = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(2000))
+    running, pool, client = await read_ahead_broker(start_broker, inflight)
+    many = api_versions_burst(client, 2000)
     big = client.encode(0, 9, produce_body(9, {("t", 0): batch(b"x" * 2_000_000)}, acks=1))
-    after = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(10))
+    after = api_versions_burst(client, 10)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(client.send_raw, many + big + after)
-        seen: list[int] = []
-        while len(seen) < 2011:
-            payload = await client.receive_frame()
-            assert payload is not None
-            seen.append(correlation_of(payload))
-    assert seen == list(range(1, 2012))
+        assert await correlations(client, 2011) == list(range(1, 2012))
     await trio.testing.wait_all_tasks_blocked()
     assert pool.used == 0
     assert not log_events.events("connection_muted", reason="memory")
@@ -254,27 +259,22 @@ async def test_a_reader_waiting_for_memory_first_gives_back_what_its_read_ahead_
     # The clock jumps only after 20 ms of real idleness: the kernel's loopback work (softirq)
     # runs before the broker is thought blocked, so the read-ahead has filled the pool.
     autojump_clock.autojump_threshold = 0.02
-    running = await start_broker({**SMALL_BROKER_BUFFERS,
-                                  "connection.max.inflight.requests": inflight,
-                                  "socket.send.stall.timeout.ms": "-1",
-                                  "queued.max.request.bytes": str(64 * 1024),
-                                  "socket.request.max.bytes": str(64 * 1024)})
-    pool = running.app.socket_server.memory_pool
+    running, pool, client = await read_ahead_broker(
+        start_broker, inflight, **{"queued.max.request.bytes": str(64 * 1024),
+                                   "socket.request.max.bytes": str(64 * 1024)})
     holder = await WireClient.connect(running.port)
     topics = tuple(MetadataRequestTopic(topic_id=None, name=f"t{i:027d}") for i in range(1300))
     await holder.send(METADATA, 12, MetadataRequest(
         topics=topics, allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     await wait_for(lambda: blocked_metadata.entered == 1)
     assert pool.used > 59_000
-    client = await connect_small(running.port)
-    many = b"".join(client.encode(API_VERSIONS, 3, API_VERSIONS_V3) for _ in range(200))
+    many = api_versions_burst(client, 200)
     big = client.encode(0, 9, produce_body(9, {("t", 0): batch(b"x" * 30_000)}, acks=1))
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(client.send_raw, many + big)
             await trio.sleep(1)  # the broker's writes block; its read-ahead empties the pool
-            seen = [correlation_of(await client.receive_frame() or b"") for _ in range(201)]
-    assert seen == list(range(1, 202))
+            assert await correlations(client, 201) == list(range(1, 202))
     assert blocked_metadata.entered == 1 and not blocked_metadata.release.is_set()
     assert log_events.events("connection_muted", reason="memory")
     blocked_metadata.release.set()
