@@ -296,6 +296,34 @@ async def test_pipelined_login_is_served_in_order(start_broker: Any, log_events:
     assert not log_events.events("connection_unmuted")
 
 
+async def test_after_the_login_a_pipelining_connection_reads_ahead_again(
+        start_broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One request at a time lasts only until the login: then the connection reads up to
+    connection.max.inflight.requests ahead, as on any listener (three Metadata requests all
+    reach the handler while the first waits there)."""
+    import attrs
+
+    from tests.network.conftest import BlockedHandler
+    from trio_broker.server import registry
+
+    original = registry.handlers()[METADATA]
+    blocked = BlockedHandler(original.handle)
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
+    running = await start_broker(sasl_settings(**{"connection.max.inflight.requests": "8",
+                                                  "num.io.threads": "8"}))
+    client = await WireClient.connect(running.port)
+    assert (await plain_login(client, "admin", "admin-secret")).error_code == 0
+    await client.send_raw(b"".join(client.encode(METADATA, 12, METADATA_ALL_V12)
+                                   for _ in range(3)))
+    with trio.fail_after(10):
+        while blocked.entered < 3:
+            await trio.sleep(0.01)
+    blocked.release.set()
+    answered = [(await client.receive())[0] for _ in range(3)]
+    assert answered == sorted(answered) and len(set(answered)) == 3
+    await client.aclose()
+
+
 async def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(start_broker: Any
                                                                         ) -> None:
     running = await start_broker(sasl_settings("SCRAM-SHA-512"))
