@@ -431,6 +431,7 @@ async def test_frames_above_sasl_server_max_receive_size_fail_until_authenticate
     assert "larger than 4096)" in closed["detail"]
     [failed] = log_events.events("authentication_failed")
     assert failed["error"] == "SASL_AUTHENTICATION_FAILED"
+    assert failed["principal"] == ""  # nobody had said who they were
     assert "invalid receive size" in failed["detail"]
     metrics = running.broker.authentication_metrics
     assert metrics.total("failed", "SASL_PLAINTEXT") == 1
