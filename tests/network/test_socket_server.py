@@ -603,6 +603,21 @@ async def test_a_connection_logs_its_accept_and_its_close_with_what_it_did(
                                      {"listener": closed["listener"], "reason": "client"}) == 1
 
 
+async def test_a_reset_while_reading_closes_as_the_clients_doing(
+        start_broker: Any, log_events: Any) -> None:
+    """The peer resets the connection (RST) while the broker waits for its next request: the
+    close is the client's (``client``), and the detail names the failed receive."""
+    running = await start_broker()
+    client = await WireClient.connect(running.port)
+    await client.request(API_VERSIONS, 3, API_VERSIONS_V3)
+    client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    await client.aclose()
+    [closed] = await log_events.wait_for("connection_closed")
+    assert closed["reason"] == "client"
+    assert closed["detail"].startswith("receive failed: BrokenResourceError(")
+    assert "Connection reset by peer" in closed["detail"]
+
+
 async def test_a_bug_in_a_connection_costs_that_connection_only(
         start_broker: Any, log_events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """An exception escaping a connection's own code (a bug) closes that connection with
