@@ -269,6 +269,36 @@ async def test_full_request_channel_stops_readers(
         await client.receive()
 
 
+async def test_a_connection_expiring_while_the_channel_is_full_gives_its_request_back(
+        start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any,
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A request read but never taken by the full request channel (its connection expired
+    while waiting for room) gives back its memory: the pool holds only what the queued and
+    the handled requests hold, and nothing once they are answered."""
+    running = await start_broker({"num.io.threads": "1", "queued.max.requests": "1",
+                                  "connections.max.idle.ms": "5000",
+                                  "queued.max.request.bytes": str(100 * 1024 * 1024)})
+    server = running.app.socket_server
+    pool = server.memory_pool
+    handled, queued, waiting = [await WireClient.connect(running.port) for _ in range(3)]
+    for client in (handled, queued, waiting):
+        await client.send(METADATA, 12, METADATA_ALL_V12)
+        await trio.testing.wait_all_tasks_blocked()
+    assert blocked_metadata.entered == 1 and server.data_plane_channel.queue_size == 1
+    frame_bytes = pool.used // 3
+    assert pool.used == 3 * frame_bytes
+    with trio.fail_after(20):
+        # 5 s without a read or a send: all three expire (waiting for an answer is no activity)
+        for client in (handled, queued, waiting):
+            assert await client.closed_by_peer()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [c["reason"] for c in log_events.events("connection_closed")] == ["idle"] * 3
+    assert pool.used == 2 * frame_bytes  # the handled and the queued request still hold theirs
+    blocked_metadata.release.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.used == 0
+
+
 async def test_memory_pool_mutes_until_released(
         start_broker: Any, blocked_metadata: BlockedHandler, log_events: Any) -> None:
     """queued.max.request.bytes: a frame that cannot be allocated waits for memory."""
