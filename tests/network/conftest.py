@@ -27,10 +27,32 @@ class BlockedHandler:
         return await self.inner(ctx, body)
 
 
-@pytest.fixture
-def blocked_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
-    """Metadata requests wait in their handler until ``blocked_metadata.release`` is set."""
+def block_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
+    """Put Metadata's handler behind a gate until the test ends (also for other packages'
+    tests, which cannot take this directory's fixtures)."""
     original = registry.handlers()[METADATA]
     blocked = BlockedHandler(original.handle)
     monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
     return blocked
+
+
+@pytest.fixture
+def blocked_metadata(monkeypatch: pytest.MonkeyPatch) -> BlockedHandler:
+    """Metadata requests wait in their handler until ``blocked_metadata.release`` is set."""
+    return block_metadata(monkeypatch)
+
+
+#: The throttle every Metadata response carries under :func:`throttling_metadata`.
+THROTTLE_MS = 500
+
+
+@pytest.fixture
+def throttling_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Metadata response carries a 500 ms throttle (as a quota would set it)."""
+    original = registry.handlers()[METADATA]
+
+    async def throttling(ctx: Any, body: Any) -> Any:
+        ctx.throttle_ms = THROTTLE_MS
+        return await original.handle(ctx, body)
+
+    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=throttling))

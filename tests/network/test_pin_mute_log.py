@@ -10,29 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import pytest
 import trio
 import trio.testing
 
 from tests.kafka_wire import API_VERSIONS_V3, METADATA_ALL_V12, WireClient
-from tests.network.conftest import BlockedHandler
-from trio_broker.server import registry
+from tests.network.conftest import THROTTLE_MS, BlockedHandler
 
 API_VERSIONS, METADATA = 18, 3
-THROTTLE_MS = 500
-
-
-@pytest.fixture
-def throttling_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every Metadata response carries a 500 ms throttle (as a quota would set it)."""
-    original = registry.handlers()[METADATA]
-
-    async def throttling(ctx: Any, body: Any) -> Any:
-        ctx.throttle_ms = THROTTLE_MS
-        return await original.handle(ctx, body)
-
-    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=throttling))
 
 
 @pytest.mark.parametrize("inflight", ["1", "2"])

@@ -321,16 +321,9 @@ async def test_memory_pool_mutes_until_released(
 
 
 async def test_throttled_connection_waits_before_reading(
-        start_broker: Any, monkeypatch: pytest.MonkeyPatch, log_events: Any,
+        start_broker: Any, throttling_metadata: None, log_events: Any,
         autojump_clock: trio.testing.MockClock) -> None:
     """KIP-219: the response goes out at once; the next request is read after the throttle."""
-    original = registry.handlers()[METADATA]
-
-    async def throttling(ctx: Any, body: Any) -> Any:
-        ctx.throttle_ms = 500
-        return await original.handle(ctx, body)
-
-    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=throttling))
     running = await start_broker()
     client = await WireClient.connect(running.port)
     start = trio.current_time()

@@ -303,14 +303,9 @@ async def test_after_the_login_a_pipelining_connection_reads_ahead_again(
     """One request at a time lasts only until the login: then the connection reads up to
     connection.max.inflight.requests ahead, as on any listener (three Metadata requests all
     reach the handler while the first waits there)."""
-    import attrs
+    from tests.network.conftest import block_metadata
 
-    from tests.network.conftest import BlockedHandler
-    from trio_broker.server import registry
-
-    original = registry.handlers()[METADATA]
-    blocked = BlockedHandler(original.handle)
-    monkeypatch.setitem(registry._HANDLERS, METADATA, attrs.evolve(original, handle=blocked.handle))
+    blocked = block_metadata(monkeypatch)
     running = await start_broker(sasl_settings(**{"connection.max.inflight.requests": "8",
                                                   "num.io.threads": "8"}))
     client = await WireClient.connect(running.port)
