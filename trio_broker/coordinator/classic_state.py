@@ -625,6 +625,9 @@ class ClassicGroups:
             self._start_join_timer(fx, group, delay, initial=True, remaining_ms=remaining)
         else:
             self._start_join_timer(fx, group, group.rebalance_timeout_ms, initial=False)
+            # Kafka's tryCompleteElseWatch: a rebalance nobody has to rejoin for (the last
+            # member left or expired) ends now, not after the rebalance timeout.
+            self.try_complete_join(fx, group)
 
     def try_complete_join(self, fx: Effects, group: Group) -> None:
         """Complete the join phase early once everyone has rejoined (not during the initial delay)."""
