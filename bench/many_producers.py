@@ -21,8 +21,8 @@ latency (send to answer), its 99th percentile per mixed window, and the runs of 
 event loop over 5 ms (its ``event_loop_blocked`` lines): how many, how long, and where.
 
 Then the same schedule runs against the reference broker (tansu, memory storage, started afresh
-for each round: :func:`measure_tansu`; skipped with ``--no-reference``): issue 35 asks for the heavy producer's mixed MB/s at >= 1.5x tansu's and
-the light producers' p99 at <= 20 ms.
+for each round: :func:`measure_tansu`; skipped with ``--no-reference``): issue 35 asks for the
+heavy producer's mixed MB/s at >= 1.5x tansu's and the light producers' p99 at <= 20 ms.
 """
 
 from __future__ import annotations

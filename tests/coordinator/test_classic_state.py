@@ -76,12 +76,30 @@ class Driver:
         assert self.joins.join_precheck(args["group_id"], args["session_timeout_ms"]) == 0
         return self.take(self.joins.join_group(**args))
 
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None
-             ) -> Decision[SyncResult]:
-        return self.take(self.core.sync_group(
-            group_id="g", generation_id=generation, member_id=member_id,
-            group_instance_id=None, protocol_type="consumer", protocol_name=None,
-            assignments=assignments or {}))
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None,
+             **fields: Any) -> Decision[SyncResult]:
+        """SyncGroup; ``fields`` override the request's other fields."""
+        args: dict[str, Any] = {
+            "group_id": "g", "generation_id": generation, "member_id": member_id,
+            "group_instance_id": None, "protocol_type": "consumer", "protocol_name": None,
+            "assignments": assignments or {}, **fields}
+        return self.take(self.core.sync_group(**args))
+
+    def finish_join(self) -> None:
+        """Fire the join timer until the join phase is over (the initial delay may extend)."""
+        while self.core.groups["g"].state is GroupState.PREPARING_REBALANCE:
+            self.fire(join_key("g"))
+
+    def stable_static_group(self) -> str:
+        """A Stable group of one static member (instance ``i1``, metadata ``m``, assignment
+        ``a``): its member id."""
+        joined = self.join(group_instance_id="i1")
+        self.finish_join()
+        assert joined.ticket is not None
+        member_id: str = self.answers.pop(joined.ticket).member_id
+        self.sync(member_id, self.core.groups["g"].generation_id, {member_id: b"a"})
+        self.flush()
+        return member_id
 
     def stable_group_of_one(self, metadata: bytes = b"m") -> str:
         """A Stable group of one member, joined with ``metadata`` for "range": its id."""

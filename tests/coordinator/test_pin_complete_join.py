@@ -25,9 +25,8 @@ def test_each_member_is_answered_with_the_generation_protocol_and_leader() -> No
         joined = d.join(member_id)
         assert joined.ticket is not None
         tickets[member_id] = joined.ticket
+    d.finish_join()
     group = d.core.groups["g"]
-    while group.state is GroupState.PREPARING_REBALANCE:  # the initial delay, extended once
-        d.fire(join_key("g"))
     leader = group.leader_id
     assert leader is not None
     follower = next(m for m in tickets if m != leader)
@@ -44,9 +43,8 @@ def test_only_static_members_not_rejoined_wait_another_rebalance_timeout() -> No
     static = d.join(group_instance_id="i1")
     dynamic_id = d.join().reply.member_id  # type: ignore[union-attr]
     dynamic = d.join(dynamic_id)
+    d.finish_join()
     group = d.core.groups["g"]
-    while group.state is GroupState.PREPARING_REBALANCE:  # the initial delay, extended once
-        d.fire(join_key("g"))
     assert static.ticket is not None and dynamic.ticket is not None
     static_id = d.answers.pop(static.ticket).member_id
     d.answers.pop(dynamic.ticket)

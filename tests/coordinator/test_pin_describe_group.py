@@ -11,27 +11,14 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from tests.coordinator.test_classic_state import Driver
-from trio_broker.coordinator.classic_state import join_key
 from trio_broker.coordinator.summaries import GroupSummary, MemberSummary
 
 E = ErrorCode
 
 
-def static_stable_group(d: Driver) -> str:
-    """A Stable group of one static member (instance ``i1``, metadata ``m``, assignment
-    ``a``): its member id."""
-    joined = d.join(group_instance_id="i1")
-    d.fire(join_key("g"))
-    assert joined.ticket is not None
-    member_id: str = d.answers.pop(joined.ticket).member_id
-    d.sync(member_id, d.core.groups["g"].generation_id, {member_id: b"a"})
-    d.flush()
-    return member_id
-
-
 def test_a_loading_coordinator_answers_only_the_error() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    static_stable_group(d)
+    d.stable_static_group()
     d.core.loaded = False
     assert d.offsets.describe_group("g") == GroupSummary(
         E.coordinator_load_in_progress, "g", "", "", "", ())
@@ -44,7 +31,7 @@ def test_an_unknown_group_is_dead_with_empty_fields() -> None:
 
 def test_a_stable_group_names_its_protocol_members_metadata_and_assignments() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    member_id = static_stable_group(d)
+    member_id = d.stable_static_group()
     assert d.offsets.describe_group("g") == GroupSummary(
         E.none, "g", "Stable", "consumer", "range",
         (MemberSummary(member_id, "i1", "c", "/h", b"m", b"a"),))
@@ -52,7 +39,7 @@ def test_a_stable_group_names_its_protocol_members_metadata_and_assignments() ->
 
 def test_a_rebalancing_group_has_no_protocol_metadata_or_assignment_yet() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    member_id = static_stable_group(d)
+    member_id = d.stable_static_group()
     d.join(member_id, group_instance_id="i1", protocols=[("range", b"new")])  # a rebalance
     assert d.offsets.describe_group("g") == GroupSummary(
         E.none, "g", "CompletingRebalance", "consumer", "",

@@ -10,7 +10,6 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from tests.coordinator.test_classic_state import Driver
-from trio_broker.coordinator.classic_state import join_key
 from trio_broker.coordinator.group import GroupState, JoinResult
 
 E = ErrorCode
@@ -31,12 +30,7 @@ def test_a_dead_group_answers_coordinator_not_available() -> None:
 
 def test_a_full_group_refuses_only_members_it_does_not_know() -> None:
     d = Driver(max_size=1, initial_rebalance_delay_ms=0)
-    static = d.join(group_instance_id="i1")
-    d.fire(join_key("g"))
-    assert static.ticket is not None
-    member_id = d.answers.pop(static.ticket).member_id
-    d.sync(member_id, d.core.groups["g"].generation_id, {member_id: b"a"})
-    d.flush()
+    member_id = d.stable_static_group()
     # A new member: refused, its (empty) member id echoed.
     assert d.join().reply == JoinResult(E.group_max_size_reached, "")
     assert d.join("stranger", group_instance_id=None).reply == JoinResult(

@@ -13,20 +13,16 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.coordinator.test_classic_state import Driver
-from trio_broker.coordinator.classic_state import join_key
 from trio_broker.coordinator.group import GroupState, SyncResult
 
 E = ErrorCode
 
 
-def sync(d: Driver, member_id: str, generation: int, *, group_id: str = "g",
-         instance_id: str | None = None, protocol_type: str | None = "consumer",
-         protocol_name: str | None = "range", assignments: dict[str, bytes] | None = None
-         ) -> Any:
-    return d.take(d.core.sync_group(
-        group_id=group_id, generation_id=generation, member_id=member_id,
-        group_instance_id=instance_id, protocol_type=protocol_type,
-        protocol_name=protocol_name, assignments=assignments or {}))
+def sync(d: Driver, member_id: str, generation: int, *, instance_id: str | None = None,
+         assignments: dict[str, bytes] | None = None, **fields: Any) -> Any:
+    """SyncGroup naming the group's protocol (v5+) unless ``fields`` say otherwise."""
+    return d.sync(member_id, generation, assignments, group_instance_id=instance_id,
+                  **{"protocol_name": "range", **fields})
 
 
 def refused(decision: Any) -> int:
@@ -43,9 +39,8 @@ def completing_group_of_two(d: Driver) -> tuple[str, str, int]:
         member_id = d.join().reply.member_id  # type: ignore[union-attr]
         d.join(member_id)
         ids.append(member_id)
+    d.finish_join()
     group = d.core.groups["g"]
-    while group.state is GroupState.PREPARING_REBALANCE:  # the initial delay, extended once
-        d.fire(join_key("g"))
     assert group.state is GroupState.COMPLETING_REBALANCE
     leader = group.leader_id
     assert leader is not None
@@ -87,7 +82,7 @@ def test_another_member_id_for_a_static_instance_is_fenced() -> None:
     member at all)."""
     d = Driver(initial_rebalance_delay_ms=0)
     joined = d.join(group_instance_id="i1")
-    d.fire(join_key("g"))
+    d.finish_join()
     assert joined.ticket is not None
     member_id = d.answers.pop(joined.ticket).member_id
     generation = d.core.groups["g"].generation_id
