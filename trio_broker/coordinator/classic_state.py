@@ -221,7 +221,6 @@ def restore_group(group_id: str, value: GroupValue | None, offsets: Mapping[Any,
     group.offsets = dict(offsets)
     if value is not None:
         group.generation_id = value.generation_id
-        group.protocol_type = value.protocol_type or None
         group.protocol_name = value.protocol_name
         if value.state_timestamp_ms >= 0:
             group.state_timestamp_ms = value.state_timestamp_ms
