@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode as E
 
 from tests.coordinator.test_classic_state import Driver
 from trio_broker.coordinator.classic_state import join_key, member_key
-from trio_broker.coordinator.group import GroupState
+from trio_broker.coordinator.group import GroupState, JoinResult, SyncResult
 
 
 def static_group(d: Driver) -> tuple[str, str]:
@@ -116,3 +116,88 @@ def test_a_restarted_static_follower_at_join_group_v9_does_not_skip_or_lead() ->
     result = d.answers[again.ticket]
     assert (result.error, result.leader_id, result.members, result.skip_assignment) == (
         E.none, leader, (), False)
+
+
+# The old incarnation is fenced (Kafka's updateStaticMemberAndRebalance): whatever it still
+# waits for is answered FENCED_INSTANCE_ID under its old id.
+def test_a_restart_fences_the_old_incarnations_waiting_join() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    old_leader, _ = static_group(d)
+    newcomer = d.join().reply.member_id  # type: ignore[union-attr]
+    d.join(newcomer)  # a new member: the group prepares a rebalance
+    old_join = d.join(old_leader, group_instance_id="i1")
+    assert old_join.ticket is not None and old_join.ticket not in d.answers
+    restarted = d.join(group_instance_id="i1")
+    assert d.answers[old_join.ticket] == JoinResult(E.fenced_instance_id, old_leader)
+    # The new incarnation takes the old one's place in the same rebalance.
+    group = d.core.groups["g"]
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert restarted.ticket is not None and restarted.ticket not in d.answers
+    assert group.static_member_id("i1") not in (None, old_leader)
+
+
+def test_a_restart_during_the_sync_fences_the_old_incarnations_sync_and_rebalances() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    d.join(group_instance_id="i1")
+    second = d.join(group_instance_id="i2")
+    d.finish_join()
+    assert second.ticket is not None
+    follower = d.answers[second.ticket].member_id
+    waiting = d.sync(follower, 1)  # the leader has not sent the assignment yet
+    assert waiting.ticket is not None and waiting.ticket not in d.answers
+    d.join(group_instance_id="i2")
+    assert d.answers[waiting.ticket] == SyncResult(E.fenced_instance_id)
+    assert d.core.groups["g"].state is GroupState.PREPARING_REBALANCE
+
+
+def test_the_next_rebalance_waits_for_a_static_member_that_took_over() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    d.stable_static_group()
+    d.join(group_instance_id="i1")
+    d.flush()  # taken over without a rebalance; no join of its own is waiting now
+    newcomer = d.join().reply.member_id  # type: ignore[union-attr]
+    joined = d.join(newcomer)
+    group = d.core.groups["g"]
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert joined.ticket is not None and joined.ticket not in d.answers
+    new_id = group.static_member_id("i1") or ""
+    d.join(new_id, group_instance_id="i1")
+    assert group.state is GroupState.COMPLETING_REBALANCE
+    assert d.answers[joined.ticket].generation_id == 2
+
+
+def test_a_failed_store_gives_the_member_its_old_metadata_back() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    old_id = d.stable_static_group()
+    again = d.join(group_instance_id="i1", protocols=[("range", b"changed")])
+    d.flush(E.coordinator_not_available)
+    assert again.ticket is not None
+    failed = d.answers[again.ticket]
+    assert (failed.error, failed.protocol_type, failed.protocol_name) == (
+        E.coordinator_not_available, "consumer", "range")
+    member = d.core.groups["g"].members[old_id]
+    assert member.protocols == [("range", b"m")]
+
+
+def test_a_failed_store_after_the_member_was_removed_changes_nothing() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    d.stable_static_group()
+    again = d.join(group_instance_id="i1")
+    # An administrator removes the instance (KIP-345) before the store is done.
+    removed = d.take(d.core.leave_group("g", [("", "i1", "admin")]))
+    assert removed.reply == (E.none, [E.none])
+    d.flush(E.coordinator_not_available)
+    assert again.ticket is not None
+    assert d.answers[again.ticket].error == E.coordinator_not_available
+    group = d.core.groups["g"]
+    assert (group.state, group.members, group.static_members) == (GroupState.EMPTY, {}, {})
+
+
+def test_a_restarted_static_leaders_v9_answer_names_the_groups_protocol() -> None:
+    d = Driver(initial_rebalance_delay_ms=0)
+    static_group(d)
+    again = d.join(group_instance_id="i1", skips_assignment=True)
+    d.flush()
+    assert again.ticket is not None
+    result = d.answers[again.ticket]
+    assert (result.protocol_type, result.protocol_name) == ("consumer", "range")

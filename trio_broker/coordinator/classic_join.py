@@ -247,11 +247,11 @@ class ClassicJoins:
         if state is GroupState.STABLE:
             if group.protocol_name == group.select_protocol():
                 rebalance = False
-                # Keep the group as it is: persist the new member id and answer with the old
-                # leader id, so that no member (even if it was the leader) reassigns.
+                # Keep the group as it is (every member's assignment too): persist the new
+                # member id and answer with the old leader id, so that no member (even if it
+                # was the leader) reassigns.
                 member.join_ticket = None
-                assignment = {m.member_id: m.assignment for m in group.members.values()}
-                self.core.store_group(fx, group, assignment, StaticRejoined(
+                self.core.store_group(fx, group, then=StaticRejoined(
                     group, member, ticket, current_leader, old_id, old_protocols,
                     join.skips_assignment))
             else:
