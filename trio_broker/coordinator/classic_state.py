@@ -150,13 +150,12 @@ class Effects:
     def answer(self, ticket: int, value: object) -> None:
         self.answers.append((ticket, value))
 
+    # The last word on a key is the one that counts (the keys are independent timers, so
+    # their order in the decision does not matter).
     def arm(self, key: TimerKey, delay_ms: int) -> None:
-        # The last word on a key is the one that counts.
-        self.timers.pop(key, None)
         self.timers[key] = delay_ms
 
     def cancel(self, key: TimerKey) -> None:
-        self.timers.pop(key, None)
         self.timers[key] = None
 
     def write(self, write: Write) -> None:
