@@ -14,6 +14,7 @@ from trio_broker.coordinator.classic_offsets import ClassicOffsets
 from trio_broker.coordinator.classic_state import (
     ClassicGroups,
     Decision,
+    Event,
     LeaderSynced,
     Rules,
     join_key,
@@ -32,9 +33,12 @@ class Driver:
 
     def __init__(self, **rules: Any) -> None:
         self.now = 1_000_000
+        #: Added to the monotonic clock (s): a fraction of a millisecond, for durations.
+        self.monotonic_extra = 0.0
         ids = itertools.count(1)
         self.core = ClassicGroups(Rules(**{"min_session_timeout_ms": 1000, **rules}),
-                                  wall_ms=lambda: self.now, monotonic=lambda: self.now / 1000,
+                                  wall_ms=lambda: self.now,
+                                  monotonic=lambda: self.now / 1000 + self.monotonic_extra,
                                   new_uuid=lambda: f"u{next(ids)}")
         self.core.loaded = self.core.running = True
         self.joins = ClassicJoins(self.core)
@@ -43,6 +47,8 @@ class Driver:
         self.writes: list[Any] = []
         self.answers: dict[int, Any] = {}
         self.events: list[str] = []
+        #: Every event emitted, with its fields.
+        self.logged: list[Event] = []
 
     def take(self, decision: Decision[Any]) -> Decision[Any]:
         for key, delay in decision.timers:
@@ -53,6 +59,7 @@ class Driver:
         self.writes.extend(decision.writes)
         self.answers.update(decision.answers)
         self.events.extend(e.name for e in decision.events)
+        self.logged.extend(decision.events)
         return decision
 
     def fire(self, key: tuple[str, ...]) -> Decision[Any]:
