@@ -122,12 +122,14 @@ async def test_deleted_segments_and_a_moved_start_are_logged_with_why(
     lm = make(tmp_path)
     log = await filled(lm, "t", 6, now_ms() - HOUR)
     second = log.segments[1].base_offset
+    first_size = log.segments[0].size
     assert await lm.delete_records("t", 0, second + 1) == second + 1
     assert [(e["topic"], e["partition"], e["log_start_offset"], e["reason"])
             for e in log_events.events("log_start_offset_advanced")] == [  # type: ignore[attr-defined]
         ("t", 0, second + 1, "delete_records")]
-    assert [(e["segment"], e["reason"]) for e in log_events.events(  # type: ignore[attr-defined]
-        "log_segment_deleted")] == [(0, "log_start_offset")]
+    assert [(e["topic"], e["partition"], e["segment"], e["size"], e["reason"])
+            for e in log_events.events("log_segment_deleted")] == [  # type: ignore[attr-defined]
+        ("t", 0, 0, first_size, "log_start_offset")]
     # The same start again, or a lower one: nothing moves, nothing is logged.
     assert await lm.delete_records("t", 0, second + 1) == second + 1
     assert await lm.delete_records("t", 0, 1) == second + 1
@@ -139,13 +141,11 @@ async def test_deleted_segments_and_a_moved_start_are_logged_with_why(
     lm.close()
 
 
-async def test_delete_records_past_an_aborted_transaction_forgets_it(tmp_path: Path) -> None:
-    # A read_committed fetch must not be told of aborted records below the log start.
-    lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
+def aborted_then_more(lm: LogManager, topic: str, pid: int, **config: str) -> PartitionLog:
+    """``topic`` holding a transaction of ``pid`` (offset 0) aborted at 1, then a record (2)."""
+    lm.create_topic(topic, 1, config)
+    log = lm.get_partition(topic, 0)
     assert log is not None
-    pid = 42
     log.append(rb.build_batch([(None, b"aborted", [], now_ms())], producer_id=pid,
                               producer_epoch=0, base_sequence=0,
                               attributes=rb.TRANSACTIONAL_BIT),
@@ -154,8 +154,24 @@ async def test_delete_records_past_an_aborted_transaction_forgets_it(tmp_path: P
     log.append(rb.build_batch([(None, b"after", [], now_ms())]), from_client=False,
                producer_check=False)
     assert log.txn_index.aborted_ranges() == ((pid, 0, 1),)
+    return log
+
+
+async def test_delete_records_past_an_aborted_transaction_forgets_it(tmp_path: Path) -> None:
+    # A read_committed fetch must not be told of aborted records below the log start.
+    lm = make(tmp_path)
+    pid = 42
+    log = aborted_then_more(lm, "t", pid)
     assert log.delete_records_before(1) == 1
     assert log.txn_index.aborted_ranges() == ((pid, 0, 1),)  # its marker is still there
     assert log.delete_records_before(2) == 2
     assert log.txn_index.aborted_ranges() == ()
+    lm.close()
+
+
+async def test_retention_past_an_aborted_transaction_forgets_it(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    log = aborted_then_more(lm, "t", 42, **{"retention.ms": "0"})
+    assert log.delete_old_segments(now_ms() + 1000) == 1
+    assert log.log_start_offset == 3 and log.txn_index.aborted_ranges() == ()
     lm.close()
