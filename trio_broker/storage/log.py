@@ -710,12 +710,17 @@ class PartitionLog:
                 # A batch left without records by compaction keeps its max timestamp but has
                 # no record to answer with: the search goes on, as in Kafka.
                 if header.max_timestamp >= timestamp and header.record_count:
-                    return self._record_at_or_after(segment, position, header, timestamp)
+                    found = self._record_at_or_after(segment, position, header, timestamp)
+                    if found is not None:
+                        return found
                 position += header.size
         return None
 
     def _record_at_or_after(self, segment: Segment, position: int, header: rb.BatchHeader,
-                            timestamp: int) -> tuple[int, int]:
+                            timestamp: int) -> tuple[int, int] | None:
+        """The batch's first record at or after ``timestamp`` and the log start; None when it
+        has none (its records that qualify lie below the log start: the search goes on, as
+        Kafka's ``LogSegment.findOffsetByTimestamp``)."""
         if header.log_append_time:
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
         try:
@@ -724,8 +729,9 @@ class PartitionLog:
                 if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                     return record.offset, record.timestamp
         except rb.RecordBatchError:
-            pass  # undecodable since (a lower max.message.bytes): answer at batch granularity
-        return max(header.base_offset, self.log_start_offset), header.max_timestamp
+            # Undecodable since (a lower max.message.bytes): answer at batch granularity.
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        return None
 
     def max_timestamp_offset(self) -> tuple[int, int]:
         """Offset and timestamp of the record with the largest timestamp (KIP-734)."""
@@ -740,9 +746,9 @@ class PartitionLog:
         position = best.find_position(best.offset_of_max_timestamp)
         if position is not None:
             header = rb.decode_header(best.pread(rb.HEADER_SIZE, position))
-            offset, ts = self._record_at_or_after(best, position, header, target)
-            if ts == target:
-                return offset, ts
+            found = self._record_at_or_after(best, position, header, target)
+            if found is not None and found[1] == target:
+                return found
         return best.offset_of_max_timestamp, target
 
     # ---------------------------------------------------------------------------- retention
