@@ -572,6 +572,43 @@ async def test_a_read_passes_segments_left_with_only_empty_batches(
     lm.close()
 
 
+@pytest.mark.parametrize("region", [False, True])
+async def test_a_read_past_empty_segments_answers_exactly_their_batches_then_the_data(
+        tmp_path: Path, region: bool) -> None:
+    """The read above, byte for byte: every leading record-less batch, then the first segment
+    with records; and ``max_bytes`` counts the empty batches (two headers' worth: two)."""
+    lm = make(tmp_path)
+    lm.create_topic("c", 1, {**COMPACT, "segment.bytes": "300"})
+    for i in range(60):
+        values = [record(b"key-%d" % k, b"v-%d-%d" % (i, k)) for k in range(3)]
+        await lm.append("c", 0, rb.build_batch(values))
+    assert await lm.cleaner.clean_once()
+    log = lm.get_partition("c", 0)
+    assert log is not None
+
+    def read(max_bytes: int) -> bytes:
+        assert log is not None
+        records = log.read(0, max_bytes, region=region).records
+        if isinstance(records, bytes):
+            return records
+        try:
+            return records.read()
+        finally:
+            records.release()
+
+    leading = []
+    for segment in log.segments:
+        if segment.size != rb.HEADER_SIZE:
+            data_segment = segment
+            break
+        leading.append(segment)
+    assert len(leading) > 10
+    whole = [s.pread(s.size, 0) for s in leading]
+    assert read(1 << 20) == b"".join(whole) + data_segment.pread(data_segment.size, 0)
+    assert read(2 * rb.HEADER_SIZE) == whole[0] + whole[1]
+    lm.close()
+
+
 @pytest.mark.parametrize("content", [b"", bytes(100)])
 async def test_a_swap_file_without_a_batch_is_not_installed(
         tmp_path: Path, content: bytes, log_events: Any) -> None:

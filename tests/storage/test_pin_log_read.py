@@ -1,0 +1,70 @@
+"""A partition's read, as a Fetch uses it: the offsets that come with the records (high
+watermark, log start, last stable offset), the first batch whole even past ``max_bytes`` when
+asked for (``min_one_batch``, KIP-74) and nothing otherwise, from the copying and the zero-copy
+paths alike. The mutation run over ``storage/log`` found these unpinned in tests/storage/
+(docs/development.md, "Eighth run")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.storage.test_storage import make
+from trio_broker.protocol import records as rb
+from trio_broker.storage.log import PartitionLog, now_ms
+
+
+def records_of(log: PartitionLog, offset: int, max_bytes: int, *, region: bool,
+               min_one_batch: bool = True) -> tuple[bytes, tuple[int, int, int]]:
+    result = log.read(offset, max_bytes, region=region, min_one_batch=min_one_batch)
+    records = result.records
+    if not isinstance(records, bytes):
+        try:
+            data = records.read()
+        finally:
+            records.release()
+    else:
+        data = records
+    return data, (result.high_watermark, result.log_start_offset, result.last_stable_offset)
+
+
+@pytest.mark.parametrize("region", [False, True])
+async def test_a_read_carries_the_partitions_offsets(tmp_path: Path, region: bool) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    for n in range(4):
+        log.append(rb.build_batch([(None, b"%d" % n, [], now_ms())]), from_client=False,
+                   producer_check=False)
+    # An open transaction from offset 4: the last stable offset stays there.
+    log.append(rb.build_batch([(None, b"open", [], now_ms())], producer_id=9, producer_epoch=0,
+                              base_sequence=0, attributes=rb.TRANSACTIONAL_BIT),
+               from_client=False, producer_check=False)
+    log.append(rb.build_batch([(None, b"later", [], now_ms())]), from_client=False,
+               producer_check=False)
+    await lm.delete_records("t", 0, 1)
+    _, offsets = records_of(log, 2, 1 << 20, region=region)
+    assert offsets == (6, 1, 4)
+    # At the log end: no records, the same offsets.
+    assert records_of(log, 6, 1 << 20, region=region) == (b"", (6, 1, 4))
+    lm.close()
+
+
+@pytest.mark.parametrize("region", [False, True])
+async def test_the_first_batch_comes_whole_only_when_asked_for(tmp_path: Path,
+                                                               region: bool) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    first = rb.build_batch([(None, b"x" * 100, [], now_ms())])
+    log.append(first, from_client=False, producer_check=False)
+    log.append(rb.build_batch([(None, b"y", [], now_ms())]), from_client=False,
+               producer_check=False)
+    data, _ = records_of(log, 0, 10, region=region)
+    assert [size for _, size in rb.iter_batches(data)] == [len(first)]
+    assert records_of(log, 0, 10, region=region, min_one_batch=False)[0] == b""
+    assert log.read(0, 10).records == first  # whole by default
+    lm.close()
