@@ -1,0 +1,79 @@
+"""The appends a partition refuses, at their boundaries and with Kafka's texts (a Produce
+answer carries the text to the client, ProduceResponse v8+): record timestamps outside
+``message.timestamp.before.max.ms`` / ``after.max.ms`` of now (KIP-937; the bounds themselves
+accepted, either bound alone enforced), a batch larger than ``segment.bytes`` (one exactly that
+large accepted), a partition whose log failed. The mutation run over ``storage/log`` found these
+unpinned (docs/development.md, "Eighth run")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.storage.test_storage import make
+from trio_broker.protocol import records as rb
+from trio_broker.storage import errors as se
+from trio_broker.storage import log as log_module
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(log_module, "now_ms", lambda: NOW)
+
+
+def stamped(*stamps: int) -> bytes:
+    return rb.build_batch([(None, b"v", [], ts) for ts in stamps])
+
+
+@pytest.mark.parametrize("bounds, accepted, refused, text", [
+    ({"message.timestamp.before.max.ms": "1000"}, [NOW - 1000, NOW + 10**9], NOW - 1001,
+     f"[{NOW - 1000}, {NOW + 2**63 - 1}]"),
+    ({"message.timestamp.after.max.ms": "1000"}, [NOW + 1000, 0], NOW + 1001,
+     f"[{NOW - 2**63 + 1}, {NOW + 1000}]"),
+])
+async def test_record_timestamps_outside_either_bound_are_refused(
+        tmp_path: Path, bounds: dict[str, str], accepted: list[int], refused: int,
+        text: str) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, bounds)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    for ts in accepted:
+        log.append(stamped(ts), from_client=False, producer_check=False)
+    # Either record of the batch: the smallest and the largest are both checked.
+    for batch in (stamped(refused, accepted[0]), stamped(accepted[0], refused)):
+        with pytest.raises(se.InvalidTimestamp) as out:
+            log.append(batch, from_client=False, producer_check=False)
+        assert str(out.value) == (f"Timestamp {refused} of message in partition t-0 is out of "
+                                  f"range. The timestamp should be within {text}")
+    lm.close()
+
+
+async def test_a_batch_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    batch = stamped(NOW)
+    lm.create_topic("t", 1, {"segment.bytes": str(len(batch))})
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    log.append(batch, from_client=False, producer_check=False)  # exactly a segment: taken
+    bigger = rb.build_batch([(None, b"vv", [], NOW)])
+    with pytest.raises(se.RecordListTooLarge) as out:
+        log.append(bigger, from_client=False, producer_check=False)
+    assert str(out.value) == (
+        f"Message batch size is {len(bigger)} bytes in append to partition t-0 which exceeds "
+        f"the maximum configured segment size of {len(batch)}.")
+    lm.close()
+
+
+async def test_a_failed_log_refuses_appends_as_offline(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    log.failed = True
+    with pytest.raises(se.KafkaStorageError, match="^partition t-0 is offline$"):
+        log.append(stamped(NOW), from_client=False, producer_check=False)
+    lm.close()
