@@ -77,3 +77,18 @@ async def test_a_failed_log_refuses_appends_as_offline(tmp_path: Path) -> None:
     with pytest.raises(se.KafkaStorageError, match="^partition t-0 is offline$"):
         log.append(stamped(NOW), from_client=False, producer_check=False)
     lm.close()
+
+
+async def test_a_refused_batch_carries_the_parsers_reason(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    bad_crc = bytearray(stamped(NOW))
+    bad_crc[-1] ^= 1
+    with pytest.raises(rb.RecordBatchError) as parsed:
+        rb.split_batches(bytes(bad_crc), max_size=1 << 20, from_client=True)
+    with pytest.raises(se.CorruptMessage) as refused:
+        log.append(bytes(bad_crc))
+    assert str(refused.value) == parsed.value.message != ""
+    lm.close()

@@ -328,7 +328,7 @@ class PartitionLog:
                 batches = rb.split_batches(records, max_size=config.max_message_bytes,
                                            from_client=from_client)
             except rb.RecordBatchError as exc:
-                raise BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message) from None
+                raise batch_error(exc) from None
         size = len(records)
         if size > config.segment_bytes:
             # UnifiedLog.append: an append must fit in one segment.
@@ -451,7 +451,7 @@ class PartitionLog:
                     memoryview(data)[position:position + header.size], header, limit=limit,
                     budget=WalkBudget(limit))
             except rb.RecordBatchError as exc:
-                raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+                raise batch_error(exc, CorruptMessage) from None
             summaries[position] = summary
         return summary
 
@@ -464,7 +464,7 @@ class PartitionLog:
         try:
             return rb.records_timestamp_bounds(data, position, header)
         except rb.RecordBatchError as exc:
-            raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+            raise batch_error(exc, CorruptMessage) from None
 
     @property
     def decompressed_limit(self) -> int:
@@ -930,5 +930,7 @@ def _mtime_ms(segment: Segment) -> int:
         return now_ms()
 
 
-def batch_error(exc: rb.RecordBatchError) -> StorageError:
-    return BATCH_ERRORS.get(exc.kind, InvalidRecord)(exc.message)
+def batch_error(exc: rb.RecordBatchError,
+                default: type[StorageError] = InvalidRecord) -> StorageError:
+    """The storage error (and so the Produce error code) of a batch the parser refused."""
+    return BATCH_ERRORS.get(exc.kind, default)(exc.message)
