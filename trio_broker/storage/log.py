@@ -197,7 +197,6 @@ class PartitionLog:
                     for later in self.segments[index + 1:]:
                         later.delete()
                     del self.segments[index + 1:]
-                    del self._bases[index + 1:]
                     break
         # A segment left empty before the last (a damaged one cut to nothing, a stray file
         # overlapping its neighbours) holds nothing, and reads must not stop in it.
