@@ -92,3 +92,21 @@ async def test_a_refused_batch_carries_the_parsers_reason(tmp_path: Path) -> Non
         log.append(bytes(bad_crc))
     assert str(refused.value) == parsed.value.message != ""
     lm.close()
+
+
+async def test_a_retried_batch_is_answered_with_its_first_offsets(tmp_path: Path) -> None:
+    # Not a refusal: Kafka answers a duplicate of one of a producer's last five batches with
+    # the offsets it got the first time, no append time, and the current log start.
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    idempotent = rb.build_batch([(None, b"a", [], NOW), (None, b"b", [], NOW)], producer_id=7,
+                                producer_epoch=0, base_sequence=0)
+    first = log.append(stamped(NOW), from_client=False, producer_check=False)
+    assert first.base_offset == 0
+    assert log.append(idempotent).base_offset == 1
+    await lm.delete_records("t", 0, 1)
+    assert log.append(idempotent) == log_module.AppendResult(1, -1, 1, 2, duplicate=True)
+    assert log.log_end_offset == 3
+    lm.close()
