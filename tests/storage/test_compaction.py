@@ -22,7 +22,7 @@ from trio_broker.protocol import records as rb
 from trio_broker.storage import LogManager
 from trio_broker.storage import cleaner as cl
 from trio_broker.storage import errors as se
-from trio_broker.storage.log import now_ms
+from trio_broker.storage.log import PartitionLog, now_ms
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "1000"}
 
@@ -544,6 +544,19 @@ async def test_list_offsets_by_timestamp_skips_batches_compaction_emptied(
     lm.close()
 
 
+async def cleaned_to_empty_segments(lm: LogManager) -> PartitionLog:
+    """Topic ``c``: 60 rounds of the same three keys in small segments, cleaned, so that the
+    older segments keep one record-less batch each."""
+    lm.create_topic("c", 1, {**COMPACT, "segment.bytes": "300"})
+    for i in range(60):
+        values = [record(b"key-%d" % k, b"v-%d-%d" % (i, k)) for k in range(3)]
+        await lm.append("c", 0, rb.build_batch(values))
+    assert await lm.cleaner.clean_once()
+    log = lm.get_partition("c", 0)
+    assert log is not None
+    return log
+
+
 @pytest.mark.parametrize("region", [False, True])
 async def test_a_read_passes_segments_left_with_only_empty_batches(
         tmp_path: Path, region: bool) -> None:
@@ -552,13 +565,7 @@ async def test_a_read_passes_segments_left_with_only_empty_batches(
     librdkafka, given nothing but empty batches ten fetches in a row, gave up with
     MSG_SIZE_TOO_LARGE and never reached the data. The read goes on into the next segments."""
     lm = make(tmp_path)
-    lm.create_topic("c", 1, {**COMPACT, "segment.bytes": "300"})
-    for i in range(60):
-        values = [record(b"key-%d" % k, b"v-%d-%d" % (i, k)) for k in range(3)]
-        await lm.append("c", 0, rb.build_batch(values))
-    assert await lm.cleaner.clean_once()
-    log = lm.get_partition("c", 0)
-    assert log is not None
+    log = await cleaned_to_empty_segments(lm)
     empty = [s for s in log.segments if s.size == rb.HEADER_SIZE]
     assert len(empty) > 10  # the situation: many segments of one empty batch each
     result = log.read(0, 1 << 20, region=region)
@@ -578,13 +585,7 @@ async def test_a_read_past_empty_segments_answers_exactly_their_batches_then_the
     """The read above, byte for byte: every leading record-less batch, then the first segment
     with records; and ``max_bytes`` counts the empty batches (two headers' worth: two)."""
     lm = make(tmp_path)
-    lm.create_topic("c", 1, {**COMPACT, "segment.bytes": "300"})
-    for i in range(60):
-        values = [record(b"key-%d" % k, b"v-%d-%d" % (i, k)) for k in range(3)]
-        await lm.append("c", 0, rb.build_batch(values))
-    assert await lm.cleaner.clean_once()
-    log = lm.get_partition("c", 0)
-    assert log is not None
+    log = await cleaned_to_empty_segments(lm)
 
     def read(max_bytes: int) -> bytes:
         assert log is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.test_storage import make
+from tests.storage.test_storage import make, new_partition
 from trio_broker.protocol import records as rb
 from trio_broker.storage import errors as se
 from trio_broker.storage import log as log_module
@@ -38,9 +38,7 @@ async def test_record_timestamps_outside_either_bound_are_refused(
         tmp_path: Path, bounds: dict[str, str], accepted: list[int], refused: int,
         text: str) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1, bounds)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm, bounds)
     for ts in accepted:
         log.append(stamped(ts), from_client=False, producer_check=False)
     # Either record of the batch: the smallest and the largest are both checked.
@@ -55,9 +53,7 @@ async def test_record_timestamps_outside_either_bound_are_refused(
 async def test_a_batch_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
     lm = make(tmp_path)
     batch = stamped(NOW)
-    lm.create_topic("t", 1, {"segment.bytes": str(len(batch))})
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm, {"segment.bytes": str(len(batch))})
     log.append(batch, from_client=False, producer_check=False)  # exactly a segment: taken
     bigger = rb.build_batch([(None, b"vv", [], NOW)])
     with pytest.raises(se.RecordListTooLarge) as out:
@@ -70,9 +66,7 @@ async def test_a_batch_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
 
 async def test_a_failed_log_refuses_appends_as_offline(tmp_path: Path) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     log.failed = True
     with pytest.raises(se.KafkaStorageError, match="^partition t-0 is offline$"):
         log.append(stamped(NOW), from_client=False, producer_check=False)
@@ -81,9 +75,7 @@ async def test_a_failed_log_refuses_appends_as_offline(tmp_path: Path) -> None:
 
 async def test_a_refused_batch_carries_the_parsers_reason(tmp_path: Path) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     bad_crc = bytearray(stamped(NOW))
     bad_crc[-1] ^= 1
     with pytest.raises(rb.RecordBatchError) as parsed:
@@ -98,9 +90,7 @@ async def test_a_retried_batch_is_answered_with_its_first_offsets(tmp_path: Path
     # Not a refusal: Kafka answers a duplicate of one of a producer's last five batches with
     # the offsets it got the first time, no append time, and the current log start.
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     idempotent = rb.build_batch([(None, b"a", [], NOW), (None, b"b", [], NOW)], producer_id=7,
                                 producer_epoch=0, base_sequence=0)
     first = log.append(stamped(NOW), from_client=False, producer_check=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.test_storage import make
+from tests.storage.test_storage import make, new_partition
 from trio_broker.protocol import records as rb
 from trio_broker.storage.log import PartitionLog, now_ms
 
@@ -32,9 +32,7 @@ def records_of(log: PartitionLog, offset: int, max_bytes: int, *, region: bool,
 @pytest.mark.parametrize("region", [False, True])
 async def test_a_read_carries_the_partitions_offsets(tmp_path: Path, region: bool) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     for n in range(4):
         log.append(rb.build_batch([(None, b"%d" % n, [], now_ms())]), from_client=False,
                    producer_check=False)
@@ -56,9 +54,7 @@ async def test_a_read_carries_the_partitions_offsets(tmp_path: Path, region: boo
 async def test_the_first_batch_comes_whole_only_when_asked_for(tmp_path: Path,
                                                                region: bool) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     first = rb.build_batch([(None, b"x" * 100, [], now_ms())])
     log.append(first, from_client=False, producer_check=False)
     log.append(rb.build_batch([(None, b"y", [], now_ms())]), from_client=False,

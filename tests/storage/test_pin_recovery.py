@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.storage.test_storage import batch, crash, make, read_all
+from tests.storage.test_storage import batch, crash, make, new_partition, read_all
 from trio_broker.storage import LogManager
 from trio_broker.storage.log import PartitionLog
 
@@ -28,9 +28,7 @@ async def written(tmp_path: Path, flushed: int, total: int) -> tuple[LogManager,
     synced and checkpointed as the recovery point, then a crash (files closed, no clean
     shutdown); the log manager opened again and the partition."""
     lm = make(tmp_path)
-    lm.create_topic("t", 1, {"segment.bytes": "400"})
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm, {"segment.bytes": "400"})
     for i in range(total):
         if i == flushed:
             await log.flush()

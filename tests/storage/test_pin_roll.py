@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.storage.test_storage import make
+from tests.storage.test_storage import make, new_partition
 from trio_broker.protocol import records as rb
 from trio_broker.storage import LogManager
 from trio_broker.storage import errors as se
@@ -27,9 +27,7 @@ def one(value: bytes) -> bytes:
 
 
 def partition(lm: LogManager) -> PartitionLog:
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     log.append(one(b"a"), from_client=False, producer_check=False)
     log.append(one(b"b"), from_client=False, producer_check=False)
     return log

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.storage.test_storage import make, read_all
+from tests.storage.test_storage import make, new_partition, read_all
 from trio_broker.protocol import records as rb
 from trio_broker.storage import errors as se
 from trio_broker.storage import log as log_module
 from trio_broker.storage import segment as segment_module
-from trio_broker.storage.log import PartitionLog, now_ms
+from trio_broker.storage.log import now_ms
 
 
 class FullDisk:
@@ -52,9 +52,7 @@ def one(value: bytes) -> bytes:
 async def test_a_failed_write_leaves_nothing_behind(tmp_path: Path, disk: FullDisk,
                                                     off_loop: bool) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
 
     async def append(data: bytes) -> int:
         assert log is not None
@@ -81,9 +79,7 @@ async def test_a_failed_write_leaves_nothing_behind(tmp_path: Path, disk: FullDi
 async def test_a_failed_fsync_is_logged_and_moves_no_recovery_point(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_events: Any) -> None:
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert log is not None
+    log = new_partition(lm)
     log.append(one(b"a"))
     before = (log.recovery_point, log.unflushed_messages, log.last_flush_ms)
 
@@ -111,9 +107,7 @@ def test_a_write_that_cannot_be_cut_back_marks_the_log_failed(tmp_path: Path) ->
     # the log is marked failed (its partition goes offline, as at Kafka's
     # log directory failure).
     lm = make(tmp_path)
-    lm.create_topic("t", 1)
-    log = lm.get_partition("t", 0)
-    assert isinstance(log, PartitionLog)
+    log = new_partition(lm)
     segment = log.active
     with pytest.raises(se.KafkaStorageError):
         log._fail_append(segment, -1, OSError(errno.EIO, "boom"))

@@ -15,7 +15,7 @@ from trio_broker.config import load_config
 from trio_broker.protocol import records as rb
 from trio_broker.storage import LogManager
 from trio_broker.storage import errors as se
-from trio_broker.storage.log import now_ms
+from trio_broker.storage.log import PartitionLog, now_ms
 
 
 def make(tmp_path: Path, **overrides: str) -> LogManager:
@@ -24,6 +24,15 @@ def make(tmp_path: Path, **overrides: str) -> LogManager:
     lm = LogManager(load_config(settings))
     lm.open()
     return lm
+
+
+def new_partition(lm: LogManager, config: dict[str, str] | None = None,
+                  topic: str = "t") -> PartitionLog:
+    """A new topic of one partition: its log."""
+    lm.create_topic(topic, 1, config or {})
+    log = lm.get_partition(topic, 0)
+    assert log is not None
+    return log
 
 
 def crash(lm: LogManager) -> None:
