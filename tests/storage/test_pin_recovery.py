@@ -89,8 +89,11 @@ async def test_a_damaged_unflushed_segment_drops_every_later_one(
         "topic": "t", "partition": 0, "segment": bases[damaged]}
     assert line["bytes"] == size - 10 - path.stat().st_size > 0
     assert line["reason"] == "torn or undersized batch"
-    # The recovery point is the checkpoint's, not the log end.
-    assert log.recovery_point == 6
+    # The recovery point is the checkpoint's, not the log end; the next flush syncs what lies
+    # past it (no message was appended since the open) and moves it.
+    assert log.recovery_point == 6 and log.unflushed_messages == 0
+    await log.flush()
+    assert log.recovery_point == cut
     lm.close()
 
 

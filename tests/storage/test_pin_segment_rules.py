@@ -1,0 +1,89 @@
+"""When a partition rolls its active segment and what it syncs, as Kafka's ``UnifiedLog``:
+an append that would take the segment past ``segment.bytes`` rolls it first (one that fills
+it exactly does not), so does a full offset index (``segment.index.bytes``); a flush syncs only
+the segments with data past the recovery point (and the active one), a close everything left;
+an append answers where it landed and the log start. The mutation run over ``storage/log``
+found these unpinned (docs/development.md, "Eighth run")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.storage.test_storage import make, new_partition
+from trio_broker.protocol import records as rb
+from trio_broker.storage import segment as segment_module
+from trio_broker.storage.log import AppendResult, now_ms
+
+NOW = 1_700_000_000_000
+
+
+def one(value: bytes = b"v") -> bytes:
+    return rb.build_batch([(None, value, [], NOW)])
+
+
+def test_an_append_that_fits_exactly_does_not_roll(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    size = len(one())
+    log = new_partition(lm, {"segment.bytes": str(2 * size)})
+    for _ in range(3):
+        log.append(one(), from_client=False, producer_check=False)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    lm.close()
+
+
+def test_a_full_offset_index_rolls_the_segment(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    # Room for three offset entries (8 bytes each) and two time entries (12 bytes); every batch
+    # after the first indexed (an entry once index.interval.bytes were written since the
+    # last), every batch with the same timestamp (one time entry): full after four batches.
+    log = new_partition(lm, {"segment.index.bytes": "24", "index.interval.bytes": "1"})
+    for _ in range(5):
+        log.append(one(), from_client=False, producer_check=False)
+    assert [s.base_offset for s in log.segments][:2] == [0, 4]
+    lm.close()
+
+
+def test_an_append_answers_where_it_landed_and_the_log_start(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    log = new_partition(lm)
+    log.append(one(), from_client=False, producer_check=False)
+    log.delete_records_before(1)
+    two = rb.build_batch([(None, b"a", [], NOW), (None, b"b", [], NOW)])
+    assert log.append(two, from_client=False, producer_check=False) == AppendResult(
+        1, -1, 1, 2)
+    lm.close()
+
+
+async def test_a_flush_syncs_only_what_is_past_the_recovery_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = segment_module.Segment.fsync
+
+    def recording(self: segment_module.Segment) -> None:
+        synced.append(self.base_offset)
+        real(self)
+
+    monkeypatch.setattr(segment_module.Segment, "fsync", recording)
+    lm = make(tmp_path)
+    log = new_partition(lm, {"segment.bytes": str(2 * len(one()))})
+    for _ in range(4):
+        log.append(one(), from_client=False, producer_check=False)
+    await log.flush()
+    assert synced == [0, 2] and log.recovery_point == 4
+    synced.clear()
+    await log.flush()  # nothing new: nothing synced
+    assert synced == []
+    for _ in range(3):
+        log.append(one(), from_client=False, producer_check=False)
+    await log.flush()
+    assert synced == [4, 6] and log.recovery_point == 7
+    synced.clear()
+    log.append(one(), from_client=False, producer_check=False)
+    started = now_ms()
+    log.flush_sync()  # at close: the same, in the caller's thread
+    assert synced == [6]
+    assert (log.recovery_point, log.unflushed_messages) == (8, 0)
+    assert started <= log.last_flush_ms <= now_ms()
+    lm.close()
