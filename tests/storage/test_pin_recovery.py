@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from tests.storage.test_storage import batch, crash, make, new_partition, read_all
+from trio_broker.protocol import records as rb
 from trio_broker.storage import LogManager
 from trio_broker.storage.log import PartitionLog
+from trio_broker.storage.txn_index import build_marker
 
 
 async def written(tmp_path: Path, flushed: int, total: int) -> tuple[LogManager, PartitionLog]:
@@ -155,4 +157,30 @@ async def test_a_missing_index_at_a_clean_open_is_rebuilt_and_logged(
             for e in log_events.events("log_index_rebuilt")] == [
         ("t", 0, int(second.name.split(".")[0]))]
     assert [v for _, v in read_all(lm, "t")] == [b"%02d" % i for i in range(20)]
+    lm.close()
+
+
+async def test_without_snapshots_transactions_are_replayed_from_the_log(tmp_path: Path) -> None:
+    # No producer snapshot and no transaction index left (lost with the crash): the open replays
+    # the batches; an abort marker must be recognised as one, or a read_committed consumer is
+    # given the aborted records and the last stable offset never passes the transaction.
+    lm = make(tmp_path)
+    log = new_partition(lm)
+    now = 1_700_000_000_000
+    log.append(rb.build_batch([(None, b"aborted", [], now)], producer_id=42, producer_epoch=0,
+                              base_sequence=0, attributes=rb.TRANSACTIONAL_BIT),
+               from_client=False, producer_check=False)
+    log.append(build_marker(42, 0, False, now), from_client=False, producer_check=False)
+    # A data record whose key reads like an abort marker's (version 0, type 0): data all the
+    # same, as its batch is not a control batch.
+    log.append(rb.build_batch([(bytes(4), b"open", [], now)], producer_id=43, producer_epoch=0,
+                              base_sequence=0, attributes=rb.TRANSACTIONAL_BIT),
+               from_client=False, producer_check=False)
+    crash(lm)
+    for debris in [*(tmp_path / "t-0").glob("*.snapshot"), *(tmp_path / "t-0").glob("*.txnindex")]:
+        debris.unlink()
+    lm, log = reopen(lm)
+    assert log.txn_index.aborted_ranges() == ((42, 0, 1),)
+    assert log.last_stable_offset == 2  # the open transaction of producer 43
+    assert log.producer_state.map_end_offset == log.log_end_offset == 3
     lm.close()
