@@ -7,14 +7,16 @@ found these unpinned (docs/development.md, "Eighth run")."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.storage.test_storage import make, new_partition
 from trio_broker.protocol import records as rb
+from trio_broker.storage import log as log_module
 from trio_broker.storage import segment as segment_module
-from trio_broker.storage.log import AppendResult, now_ms
+from trio_broker.storage.log import AppendResult, PartitionLog, now_ms
 
 NOW = 1_700_000_000_000
 
@@ -86,4 +88,67 @@ async def test_a_flush_syncs_only_what_is_past_the_recovery_point(
     assert synced == [6]
     assert (log.recovery_point, log.unflushed_messages) == (8, 0)
     assert started <= log.last_flush_ms <= now_ms()
+    lm.close()
+
+
+class Clock:
+    """The log module's wall clock, moved by hand."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = NOW
+        monkeypatch.setattr(log_module, "now_ms", lambda: self.now)
+
+
+def rolls(log: PartitionLog, stamps: list[int], clock: Clock, advance: list[int]) -> list[int]:
+    """Append one record per stamp (the clock moved by ``advance`` first): the segment bases."""
+    for ts, step in zip(stamps, advance, strict=True):
+        clock.now += step
+        log.append(rb.build_batch([(None, b"v", [], ts)]), from_client=False,
+                   producer_check=False)
+    return [s.base_offset for s in log.segments]
+
+
+def test_segment_ms_counts_from_the_first_batchs_timestamp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    lm = make(tmp_path)
+    log = new_partition(lm, {"segment.ms": "1000"})
+    # Exactly segment.ms later: no roll; one millisecond more: a roll. The wall clock stands.
+    assert rolls(log, [5000, 6000, 6001], clock, [0, 0, 0]) == [0, 2]
+    # A first timestamp of 1 counts as one.
+    other = new_partition(lm, {"segment.ms": "1000"}, topic="u")
+    assert rolls(other, [1, 1002], clock, [0, 0]) == [0, 1]
+    lm.close()
+
+
+def test_without_timestamps_segment_ms_counts_from_the_segments_creation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    lm = make(tmp_path)
+    log = new_partition(lm, {"segment.ms": "1000"})
+    assert rolls(log, [-1, -1, -1], clock, [0, 1000, 1]) == [0, 2]
+    # A first timestamp of 0 is no base either (Kafka: only a positive one is).
+    other = new_partition(lm, {"segment.ms": "1000"}, topic="u")
+    assert rolls(other, [0, 0], clock, [0, 1001]) == [0, 1]
+    lm.close()
+
+
+def test_now_ms_is_the_wall_clock_in_milliseconds() -> None:
+    before = time.time_ns() // 1_000_000
+    assert before <= now_ms() <= time.time_ns() // 1_000_000
+
+
+def test_an_offset_past_int32_of_the_segments_base_rolls_first(tmp_path: Path) -> None:
+    # Index entries hold offsets relative to the segment's base as int32 (Kafka rolls when a
+    # batch's last offset would not fit). Offsets jump here by hand, as after a long life.
+    lm = make(tmp_path)
+    log = new_partition(lm)
+    log.append(one(), from_client=False, producer_check=False)
+    log.roll()
+    log.append(one(), from_client=False, producer_check=False)  # segment 1 from offset 1
+    log.active.next_offset = 1 + rb.INT32_MAX
+    log.append(one(), from_client=False, producer_check=False)  # relative offset INT32_MAX
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    log.append(one(), from_client=False, producer_check=False)  # it would be INT32_MAX + 1
+    assert [s.base_offset for s in log.segments] == [0, 1, 2 + rb.INT32_MAX]
     lm.close()
