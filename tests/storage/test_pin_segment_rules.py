@@ -152,3 +152,23 @@ def test_an_offset_past_int32_of_the_segments_base_rolls_first(tmp_path: Path) -
     log.append(one(), from_client=False, producer_check=False)  # it would be INT32_MAX + 1
     assert [s.base_offset for s in log.segments] == [0, 1, 2 + rb.INT32_MAX]
     lm.close()
+
+
+def test_stored_batches_carry_the_leader_epoch(tmp_path: Path) -> None:
+    # A client sent -1; the broker stamps the partition's leader epoch (KIP-101), which
+    # consumers compare with OffsetForLeaderEpoch's answers (KIP-320). One broker: epoch 0.
+    lm = make(tmp_path)
+    log = new_partition(lm)
+    lone = one()
+    assert rb.decode_header(lone).partition_leader_epoch == -1
+    producer = rb.build_batch([(None, b"p", [], NOW)], producer_id=3, producer_epoch=0,
+                              base_sequence=0)
+    log.append(lone, from_client=False, producer_check=False)
+    log.append(producer, from_client=False, producer_check=False)
+    log.append(lone + lone, from_client=False, producer_check=False)
+    assert log.unflushed_messages == 4  # every record of every batch (flush.messages)
+    data = log.read(0, 1 << 20).records
+    epochs = [rb.decode_header(data, p).partition_leader_epoch for p, _ in rb.iter_batches(data)]
+    assert epochs == [0, 0, 0, 0]
+    assert 3 in log.producer_state.producers
+    lm.close()
