@@ -83,6 +83,12 @@ class Driver:
         assert self.joins.join_precheck(args["group_id"], args["session_timeout_ms"]) == 0
         return self.take(self.joins.join_group(**args))
 
+    def join_new(self, **kw: Any) -> tuple[str, Decision[JoinResult]]:
+        """A new member: handed an id (KIP-394), then joining with it and the same ``kw``. Its
+        member id and the join's decision."""
+        member_id: str = self.join(**kw).reply.member_id  # type: ignore[union-attr]
+        return member_id, self.join(member_id, **kw)
+
     def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None,
              **fields: Any) -> Decision[SyncResult]:
         """SyncGroup; ``fields`` override the request's other fields."""

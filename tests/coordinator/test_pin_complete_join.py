@@ -41,8 +41,7 @@ def test_each_member_is_answered_with_the_generation_protocol_and_leader() -> No
 def test_only_static_members_not_rejoined_wait_another_rebalance_timeout() -> None:
     d = Driver()
     static = d.join(group_instance_id="i1")
-    dynamic_id = d.join().reply.member_id  # type: ignore[union-attr]
-    dynamic = d.join(dynamic_id)
+    dynamic_id, dynamic = d.join_new()
     d.finish_join()
     group = d.core.groups["g"]
     assert static.ticket is not None and dynamic.ticket is not None

@@ -129,8 +129,7 @@ def test_a_metadata_update_logs_its_reason() -> None:
     [(_, joined), (_, started)] = logged(d, "group_join", "rebalance_started")
     assert (joined["reason"], started["reason"]) == ("", f"updating metadata of member {member}")
     assert logged(d) == []  # logged() forgot what it returned
-    newcomer = d.join(client_id="n").reply.member_id  # type: ignore[union-attr]
-    d.join(newcomer, client_id="n")
+    newcomer, _ = d.join_new(client_id="n")
     [(_, joined), (_, started)] = logged(d, "group_join", "rebalance_started")
     assert (joined["reason"], started["reason"]) == ("", f"adding new member {newcomer}")
 
@@ -157,8 +156,7 @@ def test_expiries_log_why_the_member_went() -> None:
 def test_a_new_member_timing_out_in_a_rebalance_logs_new_member_join_timeout() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
     old = d.stable_static_group()
-    newcomer = d.join(client_id="n").reply.member_id  # type: ignore[union-attr]
-    d.join(newcomer, client_id="n")
+    newcomer, _ = d.join_new(client_id="n")
     d.logged.clear()
     d.fire(member_key("g", newcomer))
     assert logged(d, "member_expired") == [
@@ -175,8 +173,7 @@ def test_a_new_member_timing_out_in_a_rebalance_logs_new_member_join_timeout() -
 def test_a_member_not_rejoining_in_time_logs_rebalance_timeout() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
     member = d.stable_group_of_one()
-    newcomer = d.join(client_id="n").reply.member_id  # type: ignore[union-attr]
-    d.join(newcomer, client_id="n")
+    newcomer, _ = d.join_new(client_id="n")
     d.logged.clear()
     d.fire(join_key("g"))
     assert logged(d, "member_expired") == [
@@ -187,8 +184,7 @@ def test_a_member_not_rejoining_in_time_logs_rebalance_timeout() -> None:
 def test_members_not_syncing_in_time_log_sync_timeout_and_the_rebalance_names_them() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
     first = d.join(group_instance_id="i1")
-    two = d.join().reply.member_id  # type: ignore[union-attr]
-    d.join(two)
+    two, _ = d.join_new()
     d.finish_join()
     assert first.ticket is not None
     one = d.answers[first.ticket].member_id
@@ -240,8 +236,7 @@ def test_a_static_member_restarting_during_the_sync_logs_why_the_group_rebalance
 
 def test_a_failed_assignment_store_logs_its_error_as_the_reason() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    member = d.join().reply.member_id  # type: ignore[union-attr]
-    d.join(member)
+    member, _ = d.join_new()
     d.fire(join_key("g"))
     d.sync(member, 1, {member: b"a"})
     d.logged.clear()

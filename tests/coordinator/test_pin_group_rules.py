@@ -160,8 +160,7 @@ def test_a_members_commit_to_an_unknown_group_is_illegal_generation() -> None:
 
 def test_a_commit_while_completing_the_rebalance_is_refused() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    first = d.join().reply.member_id  # type: ignore[union-attr]
-    joined = d.join(first)
+    first, joined = d.join_new()
     d.fire(join_key("g"))
     assert d.core.groups["g"].state is GroupState.COMPLETING_REBALANCE
     generation = d.answers[joined.ticket].generation_id  # type: ignore[index]

@@ -53,8 +53,7 @@ def test_the_precheck_refuses_until_the_coordinator_serves() -> None:
 def test_a_known_member_id_with_another_instances_id_is_fenced() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
     d.stable_static_group()
-    other = d.join().reply.member_id  # type: ignore[union-attr]
-    d.join(other)
+    other, _ = d.join_new()
     assert d.join(other, group_instance_id="i1").reply == JoinResult(
         E.fenced_instance_id, other)
 
@@ -124,8 +123,7 @@ def test_a_new_member_waiting_past_the_new_member_timeout_is_removed() -> None:
     d.sync(leader, 1, {leader: b"a", follower: b"b"})
     d.sync(follower, 1)
     d.flush()
-    newcomer = d.join(client_id="n").reply.member_id  # type: ignore[union-attr]
-    waiting = d.join(newcomer, client_id="n")
+    newcomer, waiting = d.join_new(client_id="n")
     assert d.timers[member_key("g", newcomer)] == NEW_MEMBER_JOIN_TIMEOUT_MS
     assert d.timers[join_key("g")] == 600_000
     rejoined = d.join(leader, protocols=[("range", b"m1")], rebalance_timeout_ms=600_000)

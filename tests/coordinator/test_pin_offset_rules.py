@@ -124,8 +124,7 @@ def test_offset_delete_answers() -> None:
 
 def test_offset_delete_refuses_a_non_empty_group_of_another_protocol() -> None:
     d = Driver(initial_rebalance_delay_ms=0)
-    member = d.join(protocol_type="connect").reply.member_id  # type: ignore[union-attr]
-    d.join(member, protocol_type="connect")
+    member, _ = d.join_new(protocol_type="connect")
     assert delete(d, [("t", 0)]) == (E.non_empty_group, {})
 
 

@@ -33,8 +33,7 @@ from trio_broker.coordinator.group import GroupState, SyncResult
 
 def join_new(d: Driver, client_id: str, **kw: object) -> int:
     """A new member joins (id handed out, then the join): its join's ticket."""
-    member_id = d.join(client_id=client_id, **kw).reply.member_id  # type: ignore[union-attr]
-    ticket = d.join(member_id, client_id=client_id, **kw).ticket
+    ticket = d.join_new(client_id=client_id, **kw)[1].ticket
     assert ticket is not None
     return ticket
 

@@ -155,8 +155,7 @@ def test_the_next_rebalance_waits_for_a_static_member_that_took_over() -> None:
     d.stable_static_group()
     d.join(group_instance_id="i1")
     d.flush()  # taken over without a rebalance; no join of its own is waiting now
-    newcomer = d.join().reply.member_id  # type: ignore[union-attr]
-    joined = d.join(newcomer)
+    newcomer, joined = d.join_new()
     group = d.core.groups["g"]
     assert group.state is GroupState.PREPARING_REBALANCE
     assert joined.ticket is not None and joined.ticket not in d.answers
