@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.storage.test_storage import make
+from trio_broker.protocol import compression
 from trio_broker.protocol import records as rb
 from trio_broker.storage import LogManager
+from trio_broker.storage import log as log_module
 from trio_broker.storage.log import PartitionLog
 
 
@@ -86,4 +90,48 @@ async def test_records_below_the_log_start_are_skipped_not_answered_for(tmp_path
     await lm.delete_records("t", 0, 2)
     assert log.offset_for_timestamp(250) == (3, 250)
     assert log.offset_for_timestamp(260) is None
+    lm.close()
+
+
+async def test_log_append_time_batches_stamped_before_the_target_are_passed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, {"message.timestamp.type": "LogAppendTime"})
+    for now in (1_000, 2_000):
+        monkeypatch.setattr(log_module, "now_ms", lambda now=now: now)
+        await lm.append("t", 0, rb.build_batch([(None, b"v", [], 1)]))
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    assert log.offset_for_timestamp(1_500) == (1, 2_000)
+    assert log.offset_for_timestamp(2_001) is None
+    lm.close()
+
+
+async def test_a_batch_undecodable_since_answers_with_the_batch_never_below_the_log_start(
+        tmp_path: Path) -> None:
+    # Stored under the default max.message.bytes, a compressed batch inflating to 17 MiB is
+    # past the decompression limit once max.message.bytes is lowered (16 MiB): the lookup
+    # answers at the batch's granularity, as for LogAppendTime.
+    lm = make(tmp_path)
+    lm.create_topic("t", 1)
+    await lm.append("t", 0, rb.build_batch(
+        [(None, bytes(17 << 20), [], 100), (None, b"v", [], 200), (None, b"w", [], 150)],
+        attributes=compression.COMPRESSION_GZIP))
+    lm.alter_topic_config("t", {"max.message.bytes": "100000"}, incremental=True)
+    log = lm.get_partition("t", 0)
+    assert log is not None and log.decompressed_limit == compression.MIN_DECOMPRESSED_LIMIT
+    assert log.offset_for_timestamp(150) == (0, 200)
+    await lm.delete_records("t", 0, 1)
+    assert log.offset_for_timestamp(150) == (1, 200)
+    lm.close()
+
+
+async def test_the_largest_timestamp_below_the_log_start_is_still_answered(
+        tmp_path: Path) -> None:
+    # Kafka's MAX_TIMESTAMP lookup reads the segment's largest timestamp so far, whatever
+    # the log start: the record's offset, below it.
+    lm = make(tmp_path)
+    log = await stamped(lm, [[100, 300, 200], [250]])
+    await lm.delete_records("t", 0, 2)
+    assert log.max_timestamp_offset() == (1, 300)
     lm.close()

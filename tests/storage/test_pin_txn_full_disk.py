@@ -71,7 +71,7 @@ def test_a_short_write_leaves_no_torn_entry_and_the_entry_is_written_later(
     index.write_unwritten()  # nothing left: written once
     assert len(_entries(tmp_path)) == 1
     reloaded = ti.TransactionIndex(tmp_path, {})
-    reloaded.load(0, 100, [0])
+    reloaded.load(0, 100)
     assert [(a.first_offset, a.last_offset) for a in reloaded.aborted] == [(10, 12)]
 
 
@@ -81,7 +81,7 @@ def test_the_log_start_passing_an_unwritten_entry_forgets_it(
     for pid, first, marker in ((1, 0, 2), (2, 5, 8)):
         with pytest.raises(OSError):
             _abort(index, pid, first, marker)
-    index.on_log_start_advanced(3, [0])  # past the first transaction, not the second
+    index.on_log_start_advanced(3)  # past the first transaction, not the second
     disk.full = False
     index.write_unwritten()
     assert [(pid, first, last) for _, pid, first, last, _ in _entries(tmp_path)] == [(2, 5, 8)]
@@ -91,7 +91,7 @@ def test_an_entry_ending_at_the_log_start_is_kept(tmp_path: Path, disk: FullDisk
     index = ti.TransactionIndex(tmp_path, {})
     with pytest.raises(OSError):
         _abort(index, PID, 0, 4)
-    index.on_log_start_advanced(4, [0])
+    index.on_log_start_advanced(4)
     disk.full = False
     index.write_unwritten()
     assert [(first, last) for _, _, first, last, _ in _entries(tmp_path)] == [(0, 4)]

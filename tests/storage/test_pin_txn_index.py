@@ -112,15 +112,15 @@ def test_advancing_the_log_start_forgets_only_what_lies_wholly_below_it(tmp_path
     files = sorted(p.name for p in tmp_path.iterdir())
     assert len(files) == 3
     assert [(a.first_offset, a.last_offset) for a in idx.aborted] == [(0, 3), (4, 9), (10, 12)]
-    idx.on_log_start_advanced(9, [4, 10])
+    idx.on_log_start_advanced(9)
     # (4, 9) ends at the new log start: still needed by a fetch from offset 9.
     assert [(a.first_offset, a.last_offset) for a in idx.aborted] == [(4, 9), (10, 12)]
     assert sorted(p.name for p in tmp_path.iterdir()) == files[1:]
-    idx.on_log_start_advanced(10, [10])
+    idx.on_log_start_advanced(10)
     assert [(a.first_offset, a.last_offset) for a in idx.aborted] == [(10, 12)]
     assert sorted(p.name for p in tmp_path.iterdir()) == files[2:]
     reloaded = ti.TransactionIndex(tmp_path, {})
-    reloaded.load(10, 13, [10])
+    reloaded.load(10, 13)
     assert reloaded.aborted == idx.aborted
 
 
@@ -147,10 +147,10 @@ def test_an_index_file_is_kept_while_any_of_its_entries_is_above_the_log_start(
     _abort(idx, 3, 5, 0)
     _abort(idx, 6, 9, 0)
     (path,) = tmp_path.iterdir()
-    idx.on_log_start_advanced(4, [0])
+    idx.on_log_start_advanced(4)
     assert path.exists()
     reloaded = ti.TransactionIndex(tmp_path, {})
-    reloaded.load(4, 10, [0])
+    reloaded.load(4, 10)
     assert [(a.first_offset, a.last_offset) for a in reloaded.aborted] == [(3, 5), (6, 9)]
-    idx.on_log_start_advanced(10, [0])
+    idx.on_log_start_advanced(10)
     assert not path.exists()

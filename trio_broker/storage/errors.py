@@ -5,6 +5,8 @@ from __future__ import annotations
 import attrs
 from kio.schema.errors import ErrorCode
 
+from ..protocol.records import RecordBatchError
+
 
 class StorageError(Exception):
     """A storage operation failed in a way the client is told about with ``error_code``."""
@@ -130,3 +132,9 @@ BATCH_ERRORS: dict[str, type[StorageError]] = {
     "invalid_record": InvalidRecord,
     "message_too_large": MessageTooLarge,
 }
+
+
+def batch_error(exc: RecordBatchError) -> StorageError:
+    """The storage error (and so the Produce error code) of a batch the parser refused; a kind
+    without a Kafka error of its own is CORRUPT_MESSAGE, as Kafka answers undecodable records."""
+    return BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message)

@@ -31,16 +31,14 @@ from ..protocol.record_walk import (
 )
 from .cleaner import payload_has_keyless_record, recover_swaps
 from .errors import (
-    BATCH_ERRORS,
-    CorruptMessage,
     InvalidRecord,
     InvalidTimestamp,
     KafkaStorageError,
     OffsetOutOfRange,
     PolicyViolation,
     RecordListTooLarge,
-    StorageError,
     UnknownTopicOrPartition,
+    batch_error,
 )
 from .producer_state import ProducerStateManager, SnapshotJob
 from .segment import Segment, SegmentRegion, write_detached
@@ -215,7 +213,7 @@ class PartitionLog:
     def _load_producer_state(self) -> None:
         state = self.producer_state
         state.load_snapshot(self.log_end_offset, self.log_start_offset)
-        self.txn_index.load(self.log_start_offset, self.log_end_offset, self._bases)
+        self.txn_index.load(self.log_start_offset, self.log_end_offset)
         start = max(state.map_end_offset, self.log_start_offset)
         for header in self.iter_headers(start):
             if header.has_producer_id:
@@ -261,16 +259,14 @@ class PartitionLog:
 
     # ----------------------------------------------------------------------------- append
     def append(self, records: bytes, *, from_client: bool = True, producer_check: bool = True,
-               append_time: int | None = None, checked: CheckedRecords | None = None
-               ) -> AppendResult:
+               checked: CheckedRecords | None = None) -> AppendResult:
         """Validate, assign offsets, write. Synchronous: nothing may run in between.
 
         ``checked``: the records already validated by :func:`.record_walk.check_records` (a
         produce handler does the heavy part in a worker thread); used while this log's limits
         are still the ones it was checked against."""
         prepared = self.prepare_append(records, from_client=from_client,
-                                       producer_check=producer_check, append_time=append_time,
-                                       checked=checked)
+                                       producer_check=producer_check, checked=checked)
         if isinstance(prepared, AppendResult):  # a retried batch, answered as the first time
             return prepared
         segment = prepared.segment
@@ -305,10 +301,8 @@ class PartitionLog:
             raise UnknownTopicOrPartition.not_hosted(self.topic, self.partition)
         return self._finish_append(prepared)
 
-    def prepare_append(self, records: bytes, *, from_client: bool = True,
-                       producer_check: bool = True, append_time: int | None = None,
-                       checked: CheckedRecords | None = None
-                       ) -> PreparedAppend | AppendResult:
+    def prepare_append(self, records: bytes, *, from_client: bool, producer_check: bool,
+                       checked: CheckedRecords | None) -> PreparedAppend | AppendResult:
         """:meth:`append` up to the write: the records validated, their offsets assigned in a
         copy, the segment rolled if due; a retried batch's first result instead."""
         # Runs for every produced batch: attributes are read once into locals, and the common
@@ -317,8 +311,8 @@ class PartitionLog:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is offline")
         config = self.config
         summaries: dict[int, RecordsSummary] = {}
-        if (checked is not None and from_client
-                and checked.max_size == config.max_message_bytes
+        # Records checked ahead passed a client's rules, the strictest: whoever appends them.
+        if (checked is not None and checked.max_size == config.max_message_bytes
                 and checked.limit == self.decompressed_limit):
             batches = checked.batches
             summaries = checked.summaries
@@ -349,8 +343,7 @@ class PartitionLog:
             for _, header in batches:
                 if header.producer_id >= 0:
                     state.check(header, pending, self.segments[-1].next_offset)
-        stamp = append_time if append_time is not None else (
-            now_ms() if config.log_append_time else None)
+        stamp = now_ms() if config.log_append_time else None
         data = bytearray(records)
         segment = self.segments[-1]
         next_offset = base_offset = segment.next_offset
@@ -450,7 +443,7 @@ class PartitionLog:
                     memoryview(data)[position:position + header.size], header, limit=limit,
                     budget=WalkBudget(limit))
             except rb.RecordBatchError as exc:
-                raise batch_error(exc, CorruptMessage) from None
+                raise batch_error(exc) from None
             summaries[position] = summary
         return summary
 
@@ -463,7 +456,7 @@ class PartitionLog:
         try:
             return rb.records_timestamp_bounds(data, position, header)
         except rb.RecordBatchError as exc:
-            raise batch_error(exc, CorruptMessage) from None
+            raise batch_error(exc) from None
 
     @property
     def decompressed_limit(self) -> int:
@@ -709,27 +702,28 @@ class PartitionLog:
                 # A batch left without records by compaction keeps its max timestamp but has
                 # no record to answer with: the search goes on, as in Kafka.
                 if header.max_timestamp >= timestamp and header.record_count:
-                    found = self._record_at_or_after(segment, position, header, timestamp)
+                    found = self._record_at_or_after(segment, position, header, timestamp,
+                                                     self.log_start_offset)
                     if found is not None:
                         return found
                 position += header.size
         return None
 
     def _record_at_or_after(self, segment: Segment, position: int, header: rb.BatchHeader,
-                            timestamp: int) -> tuple[int, int] | None:
-        """The batch's first record at or after ``timestamp`` and the log start; None when it
-        has none (its records that qualify lie below the log start: the search goes on, as
-        Kafka's ``LogSegment.findOffsetByTimestamp``)."""
+                            timestamp: int, floor: int) -> tuple[int, int] | None:
+        """The batch's first record at or after ``timestamp`` and offset ``floor``; None when
+        it has none (its records that qualify lie below the floor, the log start: the search
+        goes on, as Kafka's ``LogSegment.findOffsetByTimestamp``)."""
         if header.log_append_time:
-            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+            return max(header.base_offset, floor), header.max_timestamp
         try:
             for record in rb.decode_records(segment.pread(header.size, position),
                                             self.decompressed_limit):
-                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                if record.timestamp >= timestamp and record.offset >= floor:
                     return record.offset, record.timestamp
         except rb.RecordBatchError:
             # Undecodable since (a lower max.message.bytes): answer at batch granularity.
-            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+            return max(header.base_offset, floor), header.max_timestamp
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int]:
@@ -745,8 +739,10 @@ class PartitionLog:
         position = best.find_position(best.offset_of_max_timestamp)
         if position is not None:
             header = rb.decode_header(best.pread(rb.HEADER_SIZE, position))
-            found = self._record_at_or_after(best, position, header, target)
-            if found is not None and found[1] == target:
+            # Kafka's batch.offsetOfMaxTimestamp: the record's offset, below the log start
+            # or not (UnifiedLog.fetchOffsetByTimestamp reads the segment's maximum so far).
+            found = self._record_at_or_after(best, position, header, target, 0)
+            if found is not None:
                 return found
         return best.offset_of_max_timestamp, target
 
@@ -775,7 +771,7 @@ class PartitionLog:
         if target > self.log_start_offset:
             self.log_start_offset = target
             self.producer_state.on_log_start_advanced(target)
-            self.txn_index.on_log_start_advanced(target, self._bases)
+            self.txn_index.on_log_start_advanced(target)
             emit("log_start_offset_advanced", topic=self.topic, partition=self.partition,
                  log_start_offset=target, reason="delete_records")
             self.delete_breached_segments(limit)
@@ -838,23 +834,19 @@ class PartitionLog:
         del self._bases[:deletable]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.producer_state.on_log_start_advanced(self.log_start_offset)
-        self.txn_index.on_log_start_advanced(self.log_start_offset, self._bases)
+        self.txn_index.on_log_start_advanced(self.log_start_offset)
         for segment in doomed:
             segment.delete()
             emit("log_segment_deleted", topic=self.topic, partition=self.partition,
                  segment=segment.base_offset, size=segment.size, reason=reason)
         return len(doomed)
 
-    def replace_segments(self, old: list[Segment], new: Segment) -> bool:
-        """Put ``new`` (a cleaned segment) in place of the adjacent segments ``old``; False
-        (nothing changed) if they are no longer all there, in order (retention or deletion
-        got there first)."""
-        if not self.has_segments(old):
-            return False
+    def replace_segments(self, old: list[Segment], new: Segment) -> None:
+        """Put ``new`` (a cleaned segment) in place of the adjacent segments ``old``, which
+        the caller found still there (:meth:`has_segments`) with no await since."""
         start = self.segments.index(old[0])
         self.segments[start:start + len(old)] = [new]
         self._bases = [s.base_offset for s in self.segments]
-        return True
 
     def has_segments(self, old: list[Segment]) -> bool:
         """Are ``old`` still adjacent closed segments of this log?"""
@@ -928,8 +920,3 @@ def _mtime_ms(segment: Segment) -> int:
     except OSError:
         return now_ms()
 
-
-def batch_error(exc: rb.RecordBatchError,
-                default: type[StorageError] = InvalidRecord) -> StorageError:
-    """The storage error (and so the Produce error code) of a batch the parser refused."""
-    return BATCH_ERRORS.get(exc.kind, default)(exc.message)

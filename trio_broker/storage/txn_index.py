@@ -184,11 +184,10 @@ class TransactionIndex:
         finally:
             os.close(fd)
 
-    def load(self, log_start: int, log_end: int, segment_bases: list[int]) -> None:
+    def load(self, log_start: int, log_end: int) -> None:
         """Read every ``.txnindex``; drop entries beyond the log end (cut by recovery), and
         files whose entries all lie below the log start. A file is kept by its entries, not by
         its name: compaction may merge the segment it was named after into an earlier one."""
-        del segment_bases  # kept for the caller's symmetry with the other indexes
         self.aborted = []
         for path in sorted(self.directory.glob(f"*{TXN_INDEX_SUFFIX}")):
             if not path.name[: -len(TXN_INDEX_SUFFIX)].isdigit():
@@ -222,10 +221,9 @@ class TransactionIndex:
                     if header.is_control else None
                 self.on_batch(header, kind, segment_base)
 
-    def on_log_start_advanced(self, log_start: int, segment_bases: list[int]) -> None:
+    def on_log_start_advanced(self, log_start: int) -> None:
         """Forget aborted transactions wholly below the new log start, and the index files
         that hold nothing else."""
-        del segment_bases
         self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
         self._unwritten = [(b, a) for b, a in self._unwritten if a.last_offset >= log_start]
         for path in self.directory.glob(f"*{TXN_INDEX_SUFFIX}"):

@@ -34,7 +34,7 @@ from ...protocol.record_walk import (
     check_records,
     request_budget,
 )
-from ...storage.errors import BATCH_ERRORS, CorruptMessage, ProducerRefusal
+from ...storage.errors import ProducerRefusal, batch_error
 from ...storage.log import now_ms
 from ...storage.topic_config import LogConfig
 from ..acl import AclOperation, ResourceType
@@ -172,7 +172,7 @@ async def _check_ahead(ctx: RequestContext, topic: str, partition: int, records:
         return await in_worker(ctx.broker.workers, _check_in_thread, records, max_size, limit,
                                work.total)
     except rb.RecordBatchError as exc:
-        raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+        raise batch_error(exc) from None
 
 
 def _check_in_thread(records: bytes, max_size: int, limit: int, budget: WalkBudget
@@ -251,7 +251,7 @@ async def _convert_message_set(ctx: RequestContext, topic: str, partition: int,
     except LegacyRecordError as exc:
         raise _LegacyRefusal(exc.kind, exc.message) from None
     except rb.RecordBatchError as exc:
-        raise BATCH_ERRORS.get(exc.kind, CorruptMessage)(exc.message) from None
+        raise batch_error(exc) from None
 
 
 class _LegacyRefusal(Exception):
