@@ -114,6 +114,9 @@ async def test_records_checked_against_the_logs_limits_are_not_walked_again(
     assert walks == []
     log.append(records)  # unchecked: the log walks it itself, once
     assert walks == ["summarize"]
+    walks.clear()
+    log.append(keyed(b"k"))  # uncompressed: its timestamps read in place, never streamed
+    assert walks == []
     lm.close()
 
 
