@@ -100,3 +100,23 @@ async def test_a_retried_batch_is_answered_with_its_first_offsets(tmp_path: Path
     assert log.append(idempotent) == log_module.AppendResult(1, -1, 1, 2, duplicate=True)
     assert log.log_end_offset == 3
     lm.close()
+
+
+async def test_a_request_holding_a_retried_batch_is_answered_as_the_retry(tmp_path: Path) -> None:
+    # Kafka checks every batch of a request for a duplicate, in turn: one found answers the
+    # request with its first offsets and nothing of it is written, not OUT_OF_ORDER_SEQUENCE.
+    lm = make(tmp_path)
+    log = new_partition(lm)
+
+    def idempotent(sequence: int) -> bytes:
+        return rb.build_batch([(None, b"v", [], NOW)], producer_id=7, producer_epoch=0,
+                              base_sequence=sequence)
+
+    log.append(idempotent(0))
+    log.append(idempotent(1))
+    for request, retried_at in ((idempotent(0) + idempotent(2), 0),
+                                (idempotent(2) + idempotent(1), 1)):
+        answer = log.append(request)
+        assert (answer.duplicate, answer.base_offset) == (True, retried_at)
+        assert log.log_end_offset == 2
+    lm.close()

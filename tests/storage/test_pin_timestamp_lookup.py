@@ -135,3 +135,18 @@ async def test_the_largest_timestamp_below_the_log_start_is_still_answered(
     await lm.delete_records("t", 0, 2)
     assert log.max_timestamp_offset() == (1, 300)
     lm.close()
+
+
+async def test_each_batch_of_a_request_is_timed_on_its_own(tmp_path: Path) -> None:
+    # Two batches in one append, the first stamped later: the largest timestamp is the first
+    # batch's record (offset 1), not the append's last offset.
+    lm = make(tmp_path)
+    lm.create_topic("t", 1, {"index.interval.bytes": "0"})
+    await lm.append("t", 0, rb.build_batch([(None, b"v", [], 50)]))
+    await lm.append("t", 0, rb.build_batch([(None, b"a", [], 300)])
+                    + rb.build_batch([(None, b"b", [], 100)]))
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    assert log.max_timestamp_offset() == (1, 300)
+    assert log.offset_for_timestamp(110) == (1, 300)
+    lm.close()

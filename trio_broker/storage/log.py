@@ -333,15 +333,16 @@ class PartitionLog:
             self._require_keys(records, batches, summaries)
         state = self.producer_state
         if producer_check:
-            # Kafka answers a retried batch with the offsets it got the first time.
-            if len(batches) == 1 and batches[0][1].producer_id >= 0:
-                duplicate = state.find_duplicate(batches[0][1])
-                if duplicate is not None:
-                    return AppendResult(duplicate.first_offset, -1, self.log_start_offset,
-                                        duplicate.last_offset, duplicate=True)
             pending: dict[int, tuple[int, int]] = {}
             for _, header in batches:
                 if header.producer_id >= 0:
+                    # Kafka answers a retried batch with the offsets it got the first time,
+                    # and writes nothing of the request (UnifiedLog's
+                    # analyzeAndValidateProducerState: any batch of it, in turn).
+                    duplicate = state.find_duplicate(header)
+                    if duplicate is not None:
+                        return AppendResult(duplicate.first_offset, -1, self.log_start_offset,
+                                            duplicate.last_offset, duplicate=True)
                     state.check(header, pending, self.segments[-1].next_offset)
         stamp = now_ms() if config.log_append_time else None
         data = bytearray(records)
