@@ -11,10 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from tests.storage.test_storage import make, new_partition
 from trio_broker.protocol import records as rb
 from trio_broker.storage import log as log_module
+from trio_broker.storage import manager as manager_module
 from trio_broker.storage import segment as segment_module
 from trio_broker.storage.log import AppendResult, PartitionLog, now_ms
 
@@ -171,4 +174,37 @@ def test_stored_batches_carry_the_leader_epoch(tmp_path: Path) -> None:
     epochs = [rb.decode_header(data, p).partition_leader_epoch for p, _ in rb.iter_batches(data)]
     assert epochs == [0, 0, 0, 0]
     assert 3 in log.producer_state.producers
+    lm.close()
+
+
+async def test_the_flush_scheduler_counts_flush_ms_from_the_logs_opening(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        autojump_clock: trio.testing.MockClock) -> None:
+    # Kafka's flush scheduler: a log whose data has waited flush.ms since its last flush (or
+    # its opening) is synced; a millisecond earlier it is not.
+    wall = [1_700_000_000_000]
+    monkeypatch.setattr(log_module, "now_ms", lambda: wall[0])
+    monkeypatch.setattr(manager_module, "now_ms", lambda: wall[0])
+    lm = make(tmp_path, log_flush_scheduler_interval_ms="100")
+    log = new_partition(lm, {"flush.ms": "1000"})
+    log.append(rb.build_batch([(None, b"v", [], wall[0])]))
+
+    async def ticks(*, until_flushed: bool) -> None:
+        """Ten of the scheduler's ticks, then the real time a flush's worker thread takes
+        (waited for, up to 10 s, when one is due)."""
+        await trio.sleep(1)
+        for _ in range(50 if until_flushed else 1):
+            await trio.to_thread.run_sync(time.sleep, 0.2)
+            if not log.unflushed_messages:
+                break
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lm.run)
+        wall[0] += 999
+        await ticks(until_flushed=False)
+        assert (log.unflushed_messages, log.recovery_point) == (1, 0)
+        wall[0] += 1
+        await ticks(until_flushed=True)
+        assert (log.unflushed_messages, log.recovery_point, log.last_flush_ms) == (0, 1, wall[0])
+        nursery.cancel_scope.cancel()
     lm.close()
