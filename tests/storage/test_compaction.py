@@ -627,5 +627,8 @@ async def test_a_swap_file_without_a_batch_is_not_installed(
     lm = make(tmp_path)
     assert read_all(lm, "c") == expected(latest, tombstones=True)
     assert not list((tmp_path / "c-0").glob("*.swap"))
-    assert log_events.events("log_cleaning_failed")
+    [line] = log_events.events("log_cleaning_failed")
+    assert (line["topic"], line["partition"]) == ("c", 0)
+    assert line["error"] == (f"{target:020d}.log.swap holds no record batch: discarded, old "
+                             "segments kept")
     lm.close()

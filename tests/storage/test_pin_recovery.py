@@ -184,3 +184,19 @@ async def test_without_snapshots_transactions_are_replayed_from_the_log(tmp_path
     assert log.last_stable_offset == 2  # the open transaction of producer 43
     assert log.producer_state.map_end_offset == log.log_end_offset == 3
     lm.close()
+
+
+async def test_without_a_checkpointed_recovery_point_every_segment_is_unflushed(
+        tmp_path: Path) -> None:
+    # A crash before the partition's first checkpoint: everything is recovered, and the
+    # recovery point is 0, so the next flush syncs every segment.
+    lm = make(tmp_path)
+    log = new_partition(lm, {"segment.bytes": "400"})
+    for i in range(12):
+        log.append(batch([b"%02d" % i]), from_client=False, producer_check=False)
+    crash(lm)
+    (tmp_path / "recovery-point-offset-checkpoint").unlink()
+    lm, log = reopen(lm)
+    assert len(log.segments) > 1
+    assert (log.recovery_point, log.log_end_offset) == (0, 12)
+    lm.close()

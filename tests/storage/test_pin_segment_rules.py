@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.storage.test_storage import make, new_partition
+from tests.storage.test_storage import make, new_partition, reopen
 from trio_broker.protocol import records as rb
 from trio_broker.storage import log as log_module
 from trio_broker.storage import manager as manager_module
@@ -133,6 +133,21 @@ def test_without_timestamps_segment_ms_counts_from_the_segments_creation(
     # A first timestamp of 0 is no base either (Kafka: only a positive one is).
     other = new_partition(lm, {"segment.ms": "1000"}, topic="u")
     assert rolls(other, [0, 0], clock, [0, 1001]) == [0, 1]
+    lm.close()
+
+
+def test_a_segment_loaded_at_start_up_counts_segment_ms_from_its_loading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kafka's LogSegment takes its creation time when the object is made, at load too: a
+    # segment without timestamps written long before the restart is not rolled at once.
+    clock = Clock(monkeypatch)
+    lm = make(tmp_path)
+    new_partition(lm, {"segment.ms": "1000"})
+    clock.now += 10_000
+    lm = reopen(lm)
+    log = lm.get_partition("t", 0)
+    assert log is not None
+    assert rolls(log, [-1, -1, -1], clock, [0, 1000, 1]) == [0, 2]
     lm.close()
 
 
