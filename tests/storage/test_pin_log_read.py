@@ -112,6 +112,9 @@ async def test_a_read_goes_through_every_record_less_segment_to_the_active_one(
     for value in (b"a", b"b"):
         record_less(log, value)
         log.roll()
+    # The active segment still empty: the record-less batches are the whole answer.
+    got, _ = records_of(log, 0, 1 << 20, region=region)
+    assert batches_of(got) == [(0, 0), (1, 0)] and len(got) == 2 * rb.HEADER_SIZE
     data = rb.build_batch([(None, b"data", [], now_ms())], base_offset=2)
     log.append(data, from_client=False, producer_check=False)
     assert [s.size for s in log.segments] == [rb.HEADER_SIZE, rb.HEADER_SIZE, len(data)]

@@ -150,3 +150,10 @@ async def test_each_batch_of_a_request_is_timed_on_its_own(tmp_path: Path) -> No
     assert log.max_timestamp_offset() == (1, 300)
     assert log.offset_for_timestamp(110) == (1, 300)
     lm.close()
+
+
+async def test_the_largest_timestamp_at_offset_zero(tmp_path: Path) -> None:
+    lm = make(tmp_path)
+    log = await stamped(lm, [[300, 100]])
+    assert log.max_timestamp_offset() == (0, 300)
+    lm.close()
