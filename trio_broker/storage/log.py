@@ -920,4 +920,3 @@ def _mtime_ms(segment: Segment) -> int:
         return int(os.fstat(segment.fd).st_mtime * 1000)
     except OSError:
         return now_ms()
-
