@@ -102,9 +102,9 @@ async def test_a_retried_batch_is_answered_with_its_first_offsets(tmp_path: Path
     lm.close()
 
 
-async def test_a_request_holding_a_retried_batch_is_answered_as_the_retry(tmp_path: Path) -> None:
-    # Kafka checks every batch of a request for a duplicate, in turn: one found answers the
-    # request with its first offsets and nothing of it is written, not OUT_OF_ORDER_SEQUENCE.
+async def test_an_append_holding_a_retried_batch_is_answered_as_the_retry(tmp_path: Path) -> None:
+    # Kafka checks every batch of an append for a duplicate, in turn: one found answers the
+    # append with its first offsets and nothing of it is written, not OUT_OF_ORDER_SEQUENCE.
     lm = make(tmp_path)
     log = new_partition(lm)
 
