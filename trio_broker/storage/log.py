@@ -715,17 +715,17 @@ class PartitionLog:
         """The batch's first record at or after ``timestamp`` and offset ``floor``; None when
         it has none (its records that qualify lie below the floor, the log start: the search
         goes on, as Kafka's ``LogSegment.findOffsetByTimestamp``)."""
-        if header.log_append_time:
-            return max(header.base_offset, floor), header.max_timestamp
-        try:
-            for record in rb.decode_records(segment.pread(header.size, position),
-                                            self.decompressed_limit):
-                if record.timestamp >= timestamp and record.offset >= floor:
-                    return record.offset, record.timestamp
-        except rb.RecordBatchError:
-            # Undecodable since (a lower max.message.bytes): answer at batch granularity.
-            return max(header.base_offset, floor), header.max_timestamp
-        return None
+        if not header.log_append_time:
+            try:
+                for record in rb.decode_records(segment.pread(header.size, position),
+                                                self.decompressed_limit):
+                    if record.timestamp >= timestamp and record.offset >= floor:
+                        return record.offset, record.timestamp
+                return None
+            except rb.RecordBatchError:
+                pass  # undecodable since (a lower max.message.bytes): as LogAppendTime
+        # The batch's granularity: its first offset at or past the floor, its max timestamp.
+        return max(header.base_offset, floor), header.max_timestamp
 
     def max_timestamp_offset(self) -> tuple[int, int]:
         """Offset and timestamp of the record with the largest timestamp (KIP-734)."""
