@@ -187,7 +187,6 @@ async def test_an_append_wakes_every_parked_fetch_once(tmp_path: Path) -> None:
     assert log.waiters == set()  # the next append wakes only the fetches parked after it
     late = trio.Event()
     log.waiters.add(late)
-    async with log.write_lock:
-        await log.append_off_loop(batch([b"b"]))
+    await put(log, batch([b"b"]), off_loop=True)
     assert late.is_set() and log.waiters == set()
     lm.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.storage.test_pin_append_paths import idempotent
 from tests.storage.test_storage import make, new_partition
 from trio_broker.protocol import records as rb
 from trio_broker.storage import errors as se
@@ -107,11 +108,6 @@ async def test_an_append_holding_a_retried_batch_is_answered_as_the_retry(tmp_pa
     # append with its first offsets and nothing of it is written, not OUT_OF_ORDER_SEQUENCE.
     lm = make(tmp_path)
     log = new_partition(lm)
-
-    def idempotent(sequence: int) -> bytes:
-        return rb.build_batch([(None, b"v", [], NOW)], producer_id=7, producer_epoch=0,
-                              base_sequence=sequence)
-
     log.append(idempotent(0))
     log.append(idempotent(1))
     for request, retried_at in ((idempotent(0) + idempotent(2), 0),
