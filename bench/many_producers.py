@@ -57,7 +57,7 @@ from .common import (
 )
 from .reference import Tansu, cpu_seconds, obtain_tansu
 from .throughput import MB, VALUE_SIZE, create_topic
-from .wire import FrameCounter, api_versions_frame, read_one_frame
+from .wire import FrameCounter, api_versions_frame, produce_frame, read_one_frame
 
 HEAVY_TOPIC = "heavy"
 LIGHT_TOPIC = "light"
@@ -66,22 +66,6 @@ TARGET = 0.8
 
 
 # ------------------------------------------------------------------------ light producers
-def produce_frame(topic: str) -> bytes:
-    """One Produce v9 request frame: one 100-byte record, acks=1."""
-    from kio.schema.produce.v9 import request as produce_v9
-
-    from trio_broker.protocol import records as rb
-    from trio_broker.protocol.codec import encode_request
-
-    batch = rb.build_batch([(None, b"l" * 100, [], int(time.time() * 1000))])
-    m: Any = produce_v9
-    body = m.ProduceRequest(transactional_id=None, acks=1,
-                            timeout=datetime.timedelta(seconds=30),
-                            topic_data=(m.TopicProduceData(name=topic, partition_data=(
-                                m.PartitionProduceData(index=0, records=batch),)),))
-    return encode_request(PRODUCE_KEY, 9, 1, "light", body)
-
-
 @attrs.define
 class LightStats:
     connected: int = 0

@@ -19,43 +19,23 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from .common import running_broker
-from .many_producers import produce_frame
 from .reference import cpu_seconds
 from .small_produce import print_profile
 from .throughput import create_topic
-from .wire import FrameCounter
+from .wire import produce_frame, send_in_flight
 
 TOPIC = "raw"
 
 
 def drive(port: int, count: int, depth: int) -> float:
     """Send ``count`` one-record Produce requests keeping ``depth`` in flight; seconds taken."""
-    frame = produce_frame(TOPIC)
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        frames = FrameCounter()
-        started = time.perf_counter()
-        sent = min(depth, count)
-        sock.sendall(frame * sent)
-        answered = 0
-        while answered < count:
-            data = sock.recv(262144)
-            if not data:
-                raise ConnectionError(f"closed by the broker after {answered} answers")
-            got = frames.feed(data)
-            answered += got
-            more = min(got, count - sent)
-            if more:
-                sock.sendall(frame * more)
-                sent += more
-        return time.perf_counter() - started
+    return send_in_flight(port, produce_frame(TOPIC), count, depth)
 
 
 def end_offset(bootstrap: str) -> int:

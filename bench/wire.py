@@ -7,17 +7,23 @@ little CPU as possible and the server is what is measured.
 
 from __future__ import annotations
 
+import datetime
+import socket
 import struct
+import time
+from typing import Any
 
 import attrs
 import trio
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from trio_broker.protocol import records as rb
 from trio_broker.protocol.codec import encode_request
 from trio_broker.protocol.framing import FrameDecoder
 
 _SIZE = struct.Struct(">i")
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 
 
 def api_versions_frame(correlation_id: int = 1) -> bytes:
@@ -48,6 +54,57 @@ class FrameCounter:
         if pos:
             del buffer[:pos]
         return count
+
+
+def produce_frame(topic: str, client_id: str = "light") -> bytes:
+    """One Produce v9 request frame: one 100-byte record to partition 0, acks=1."""
+    from kio.schema.produce.v9 import request as produce_v9
+
+    batch = rb.build_batch([(None, b"l" * 100, [], int(time.time() * 1000))])
+    m: Any = produce_v9
+    body = m.ProduceRequest(transactional_id=None, acks=1,
+                            timeout=datetime.timedelta(seconds=30),
+                            topic_data=(m.TopicProduceData(name=topic, partition_data=(
+                                m.PartitionProduceData(index=0, records=batch),)),))
+    return encode_request(PRODUCE_KEY, 9, 1, client_id, body)
+
+
+def send_in_flight(port: int, frame: bytes, count: int, depth: int) -> float:
+    """Send ``frame`` ``count`` times from a blocking socket keeping ``depth`` in flight (at
+    depth 1 the next one leaves when the answer arrived, as a Kafka client keeps one request in
+    flight per connection); answers are only counted. Seconds taken."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        frames = FrameCounter()
+        started = time.perf_counter()
+        sent = min(depth, count)
+        sock.sendall(frame * sent)
+        answered = 0
+        while answered < count:
+            data = sock.recv(262144)
+            if not data:
+                raise ConnectionError(f"closed by the server after {answered} answers")
+            got = frames.feed(data)
+            answered += got
+            more = min(got, count - sent)
+            if more:
+                sock.sendall(frame * more)
+                sent += more
+        return time.perf_counter() - started
+
+
+def first_answer(port: int, frame: bytes) -> bytes:
+    """The server's answer to ``frame`` after its correlation id (what a canned-answer baseline
+    server sends back)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(frame)
+        frames = FrameDecoder(2**31 - 1)
+        while (payload := frames.next_frame()) is None:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError("connection closed before a response arrived")
+            frames.feed(data)
+    return payload[4:]
 
 
 async def read_one_frame(stream: trio.SocketStream) -> bytes:
