@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,11 @@ from hypothesis import strategies as st
 from trio_broker.config import load_config
 from trio_broker.observability.metrics import BrokerMetrics
 from trio_broker.protocol import records as rb
-from trio_broker.storage import LogManager
+from trio_broker.storage import LogManager, log_cleaner
 from trio_broker.storage import cleaner as cl
 from trio_broker.storage import errors as se
 from trio_broker.storage.log import PartitionLog, now_ms
+from trio_broker.storage.segment import unlink_all as unlink_now
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "1000"}
 
@@ -358,8 +360,13 @@ async def test_a_crash_at_any_step_of_the_swap_loses_nothing(
     # the crash left the protocol's files behind (after the last rename: none, but the old
     # segments are gone from the disk and still in memory)
     assert bool(leftovers) == (point != "renamed")
+    # the replaced segments are renamed .deleted in the swap and unlinked after it, off the
+    # event loop: a crash in between leaves them for the next start-up
+    retired = [p for p in directory.iterdir() if p.name.endswith(".deleted")]
+    assert bool(retired) == (point in ("deleted", "renamed"))
     lm = crash(lm)
-    assert not [p for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    assert not [p for p in directory.iterdir()
+                if p.name.endswith((".cleaned", ".swap", ".deleted"))]
     after = read_all(lm, "s")
     if point == "cleaned":
         assert after == before  # never committed: the old segments are intact
@@ -369,6 +376,29 @@ async def test_a_crash_at_any_step_of_the_swap_loses_nothing(
     monkeypatch.undo()
     lm.cleaner.checkpoints.clear()
     assert await lm.cleaner.clean_once()
+    assert read_all(lm, "s") == expected(latest, tombstones=True)
+    lm.close()
+
+
+async def test_the_replaced_segments_are_unlinked_by_a_worker_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The segments a clean replaces (up to segment.bytes each: 1 GiB by default) are renamed
+    ``.deleted`` in the swap and unlinked by a worker thread, never on the event loop."""
+    lm = make(tmp_path)
+    lm.create_topic("s", 1, COMPACT)
+    latest = await produce(lm, "s", 400, 15, tombstone_every=9)
+    lm.get_partition("s", 0).roll()  # type: ignore[union-attr]
+    calls: list[tuple[bool, list[Path]]] = []
+
+    def unlink_all(paths: list[Path]) -> None:
+        calls.append((threading.current_thread() is threading.main_thread(), list(paths)))
+        unlink_now(paths)
+
+    monkeypatch.setattr(log_cleaner, "unlink_all", unlink_all)
+    assert await lm.cleaner.clean_once()
+    assert calls and not any(on_loop for on_loop, _ in calls)
+    assert all(p.name.endswith(".deleted") for _, paths in calls for p in paths)
+    assert not [p for p in (tmp_path / "s-0").iterdir() if p.name.endswith(".deleted")]
     assert read_all(lm, "s") == expected(latest, tombstones=True)
     lm.close()
 

@@ -576,7 +576,8 @@ async def test_failing_background_job_does_not_stop_the_broker(
     manager.open()
     calls = []
 
-    def broken_retention(now: int, limit: int | None = None) -> None:
+    def broken_retention(now: int, limit: int | None = None,
+                         retired: list[Path] | None = None) -> None:
         calls.append(now)
         raise OSError(5, "Input/output error")
 

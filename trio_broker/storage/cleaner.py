@@ -539,23 +539,27 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def swap_in(directory: Path, base: int, old: Sequence[Segment]) -> None:
+def swap_in(directory: Path, base: int, old: Sequence[Segment]) -> list[Path]:
     """The swap of Kafka's ``replaceSegments`` (synchronous, on the event loop: the caller
     replaces the segments in memory in the same step, so no reader sees a half-swapped log).
 
-    ``.cleaned`` to ``.swap`` (the log file last: its ``.swap`` commits the clean), delete the
-    replaced segments, ``.swap`` to the final names (the log file last again)."""
+    ``.cleaned`` to ``.swap`` (the log file last: its ``.swap`` commits the clean), the
+    replaced segments renamed ``.deleted`` (:meth:`Segment.retire`), ``.swap`` to the final
+    names (the log file last again). Returns the ``.deleted`` files, for the caller to unlink
+    off the event loop; the next start-up removes any a crash left."""
     for cleaned, swap in zip(cleaned_paths(directory, base, CLEANED_SUFFIX),
                              cleaned_paths(directory, base, SWAP_SUFFIX), strict=True):
         os.replace(cleaned, swap)
     _fault("swapped")
+    retired: list[Path] = []
     for segment in old:
-        segment.delete()
+        retired += segment.retire()
     _fault("deleted")
     for swap, final in zip(cleaned_paths(directory, base, SWAP_SUFFIX),
                            cleaned_paths(directory, base, ""), strict=True):
         os.replace(swap, final)
     _fault("renamed")
+    return retired
 
 
 def _swap_end(path: Path) -> int:

@@ -41,7 +41,7 @@ from .errors import (
     batch_error,
 )
 from .producer_state import ProducerStateManager, SnapshotJob
-from .segment import Segment, SegmentRegion, write_detached
+from .segment import DELETED_SUFFIX, Segment, SegmentRegion, write_detached
 from .topic_config import LogConfig
 from .txn_index import TransactionIndex, control_type
 
@@ -144,8 +144,11 @@ class PartitionLog:
         batch (CRC included); the first invalid or torn batch and everything after it are cut.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
-        for leftover in self.directory.glob("*.tmp"):
-            leftover.unlink(missing_ok=True)
+        for pattern in ("*.tmp", f"*{DELETED_SUFFIX}"):
+            # Debris: half-written files, and segments deleted before a crash (Kafka's loader
+            # removes its .deleted files too).
+            for leftover in self.directory.glob(pattern):
+                leftover.unlink(missing_ok=True)
         recover_swaps(self.directory, self.topic, self.partition)
         # Only Kafka's names (20 digits): "5.log" would otherwise open (and create) an empty
         # 00000000000000000005.log next to the file it was named after.
@@ -778,11 +781,12 @@ class PartitionLog:
             self.delete_breached_segments(limit)
         return self.log_start_offset
 
-    def delete_breached_segments(self, limit: int | None = None) -> int:
+    def delete_breached_segments(self, limit: int | None = None,
+                                 retired: list[Path] | None = None) -> int:
         """Delete (at most ``limit`` of) the segments wholly below the log start offset;
-        how many were deleted."""
+        how many were deleted. ``retired``: see :meth:`delete_old_segments`."""
         return self._delete_segments(_capped(self._breached_by_start(), limit),
-                                     "log_start_offset")
+                                     "log_start_offset", retired)
 
     def _breached_by_start(self) -> int:
         """How many leading segments lie wholly below the log start offset (Kafka's
@@ -794,11 +798,14 @@ class PartitionLog:
             count += 1
         return count
 
-    def delete_old_segments(self, now: int, limit: int | None = None) -> int:
+    def delete_old_segments(self, now: int, limit: int | None = None,
+                            retired: list[Path] | None = None) -> int:
         """Kafka's retention: drop the oldest segments past ``retention.ms``, while the log
         exceeds ``retention.bytes``, or wholly below the log start offset (DeleteRecords).
         At most ``limit`` segments go in one call (the caller yields between calls).
-        Returns the number of segments deleted."""
+        Returns the number of segments deleted. With ``retired``, their files are only
+        renamed (:meth:`Segment.retire`) and the renamed paths added there for the caller to
+        unlink off the event loop; else they are unlinked at once."""
         config = self.config
         if not config.delete_enabled:
             return 0
@@ -823,9 +830,10 @@ class PartitionLog:
                 excess -= segment.size
                 by_size += 1
             deletable = max(deletable, by_size)
-        return self._delete_segments(_capped(deletable, limit), "retention")
+        return self._delete_segments(_capped(deletable, limit), "retention", retired)
 
-    def _delete_segments(self, deletable: int, reason: str) -> int:
+    def _delete_segments(self, deletable: int, reason: str,
+                         retired: list[Path] | None = None) -> int:
         if deletable == 0:
             return 0
         if deletable >= len(self.segments):
@@ -837,7 +845,10 @@ class PartitionLog:
         self.producer_state.on_log_start_advanced(self.log_start_offset)
         self.txn_index.on_log_start_advanced(self.log_start_offset)
         for segment in doomed:
-            segment.delete()
+            if retired is None:
+                segment.delete()
+            else:
+                retired += segment.retire()
             emit("log_segment_deleted", topic=self.topic, partition=self.partition,
                  segment=segment.base_offset, size=segment.size, reason=reason)
         return len(doomed)

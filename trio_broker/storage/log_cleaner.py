@@ -39,7 +39,7 @@ from .cleaner import (
 )
 from .durable import write_durably
 from .log import PartitionLog, now_ms
-from .segment import Segment
+from .segment import Segment, unlink_all
 
 if TYPE_CHECKING:
     from .manager import LogManager
@@ -242,7 +242,8 @@ class LogCleaner:
                 # Retention, DeleteRecords or topic deletion changed the log meanwhile.
                 discard_cleaned(plan.directory, group[0].base_offset)
                 return
-            new = self._install(log, old, group[0].base_offset)
+            new, retired = self._install(log, old, group[0].base_offset)
+            await trio.to_thread.run_sync(unlink_all, retired)
             replaced += len(old)
             installed += 1
             bytes_before += sum(s.size for s in group)
@@ -263,10 +264,12 @@ class LogCleaner:
              records_removed=stats.records_removed, tombstones_retained=stats.tombstones_retained,
              map_entries=offset_map.size, duration_ms=round(elapsed * 1000, 3))
 
-    def _install(self, log: PartitionLog, old: list[Segment], base: int) -> Segment:
+    def _install(self, log: PartitionLog, old: list[Segment], base: int
+                 ) -> tuple[Segment, list[Path]]:
         """Swap the cleaned files in and the new segment into the log, in one synchronous
-        step (no await: nobody sees the log between the two)."""
-        swap_in(log.directory, base, old)
+        step (no await: nobody sees the log between the two); the new segment and the
+        replaced segments' files to unlink (renamed ``.deleted``)."""
+        retired = swap_in(log.directory, base, old)
         next_base = log.segments[log.segments.index(old[-1]) + 1].base_offset
         new = Segment(log.directory, base, index_max_bytes=log.config.segment_index_bytes,
                       index_interval_bytes=log.config.index_interval_bytes,
@@ -274,7 +277,7 @@ class LogCleaner:
         if not (new.load_indexes(next_base) and new.scan_tail()):
             new.recover(base)
         log.replace_segments(old, new)
-        return new
+        return new, retired
 
     # ------------------------------------------------------------------------ checkpoint
     def write_checkpoints(self) -> None:

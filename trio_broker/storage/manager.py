@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -45,6 +46,7 @@ from .errors import (
 from .log import AppendResult, PartitionLog, ReadResult, now_ms
 from .log_cleaner import LogCleaner
 from .producer_state import ProducerIdAllocator
+from .segment import unlink_all
 from .topic_config import (
     INTERNAL_TOPICS,
     ConfigEntry,
@@ -67,7 +69,7 @@ CHECKPOINT_INTERVAL_S = 60.0
 PRODUCER_EXPIRATION_CHECK_S = 600.0
 MAX_PARTITIONS = 100_000
 #: Segments retention or DeleteRecords deletes before letting other tasks run (each costs three
-#: unlinks and a log line, about 0.3-0.7 ms on this machine).
+#: renames and a log line on the loop; the unlinks run in a worker thread).
 DELETE_SEGMENTS_PER_STEP = 100
 #: Appends of this many bytes or more go to a worker thread while writes stall
 #: (:class:`WriteStalls`).
@@ -472,13 +474,20 @@ class LogManager:
             await self._delete_in_steps(log, functools.partial(log.delete_old_segments, now))
             await trio.lowlevel.checkpoint()
 
-    async def _delete_in_steps(self, log: PartitionLog, delete: Callable[[int], int]) -> None:
-        """Call ``delete(limit)`` (it deletes at most ``limit`` segments of ``log`` and says how
-        many) until it deletes fewer, other tasks running between steps: deleting thousands
-        of segments at once (three unlinks and a log line each) held the event loop for
-        seconds. Stops if ``log`` is deleted meanwhile."""
-        while (self._logs.get((log.topic, log.partition)) is log
-               and delete(DELETE_SEGMENTS_PER_STEP) == DELETE_SEGMENTS_PER_STEP):
+    async def _delete_in_steps(self, log: PartitionLog,
+                               delete: Callable[[int, list[Path]], int]) -> None:
+        """Call ``delete(limit, retired)`` (it deletes at most ``limit`` segments of ``log``,
+        says how many, and adds their renamed files to ``retired``) until it deletes fewer,
+        other tasks running between steps: deleting thousands of segments at once held the
+        event loop for seconds. The files are unlinked by a worker thread (a 256 MiB segment's
+        unlink held the loop for up to 150 ms). Stops if ``log`` is deleted meanwhile."""
+        while self._logs.get((log.topic, log.partition)) is log:
+            retired: list[Path] = []
+            deleted = delete(DELETE_SEGMENTS_PER_STEP, retired)
+            if retired:
+                await trio.to_thread.run_sync(unlink_all, retired)
+            if deleted < DELETE_SEGMENTS_PER_STEP:
+                return
             await trio.lowlevel.checkpoint()
 
     async def _checkpoint_pass(self) -> None:

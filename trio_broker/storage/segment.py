@@ -37,6 +37,8 @@ _LAST_DELTA = struct.Struct(">i")
 _PEEK_SIZE = 27  # through lastOffsetDelta
 _MAX_TS_AT = rb.MAX_TIMESTAMP_OFFSET
 _SCAN_CHUNK = 1 << 20
+#: Kafka's suffix of a deleted segment's files until they are unlinked.
+DELETED_SUFFIX = ".deleted"
 
 
 def segment_name(base_offset: int) -> str:
@@ -525,6 +527,26 @@ class Segment:
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
 
+    def retire(self) -> list[Path]:
+        """Close the files and rename them ``<name>.deleted`` (Kafka's ``asyncDeleteSegment``);
+        the renamed paths, for the caller to unlink off the event loop (:func:`unlink_all`).
+
+        A rename is one metadata update; the unlink of a large file frees its blocks and cached
+        pages, 50-150 ms for 256 MiB on the development machine, which on the loop would hold
+        every connection. Renamed first, the names are free at once (a segment of the same base
+        offset, a topic created again under the same name), and a crash before the unlink
+        leaves files the next start-up removes (:meth:`PartitionLog.open`)."""
+        self.close()
+        retired: list[Path] = []
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:  # an index never written (no entry yet)
+                continue
+            retired.append(target)
+        return retired
+
 
 class SegmentRegion(FileRegion):
     """Bytes of one segment's ``.log`` file for a Fetch response, sent with ``sendfile``.
@@ -585,6 +607,12 @@ def write_detached(fd: int, data: bytes | bytearray) -> None:
         _write_all(own, data, len(data))
     finally:
         os.close(own)
+
+
+def unlink_all(paths: list[Path]) -> None:
+    """Unlink retired segment files (:meth:`Segment.retire`); a worker thread's job."""
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _write_all(fd: int, data: bytes | bytearray, size: int) -> None:
