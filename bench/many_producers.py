@@ -20,8 +20,9 @@ process and the light producers' process, read from /proc; and the light produce
 latency (send to answer), its 99th percentile per mixed window, and the runs of the broker's
 event loop over 5 ms (its ``event_loop_blocked`` lines): how many, how long, and where.
 
-Then the same schedule runs against the reference broker (tansu, memory storage, started afresh
-for each round: :func:`measure_tansu`; skipped with ``--no-reference``): issue 35 asks for the
+Each round runs on a freshly started broker with a new data directory (:func:`measure`). Then the
+same schedule runs against the reference broker (tansu, memory storage, also started afresh for
+each round: :func:`measure_tansu`; skipped with ``--no-reference``): issue 35 asks for the
 heavy producer's mixed MB/s at >= 1.5x tansu's and the light producers' p99 at <= 20 ms.
 """
 
@@ -365,7 +366,8 @@ def measure_tansu(light: int, seconds: float, settle: float, rounds: int) -> lis
     in its heap (18 GB of RSS after 85 s of the heavy producer alone, 2026-11-28), so five
     rounds in one process outgrow this machine's RAM, and tansu stops answering (the heavy
     producer's messages time out) -- a figure of the machine, not of the broker. A fresh
-    process per round holds at most one round's records, which if anything favours tansu."""
+    process per round holds at most one round's records; trio_broker's rounds are run the same
+    way (:func:`measure`)."""
     binary, _how = obtain_tansu()
     if binary is None:
         return []
@@ -394,22 +396,37 @@ def _schedule(bootstrap: str, port: int, pid: int, light: int, seconds: float, s
             process.stop()
 
 
+#: The broker's log in steady state, as a production broker's: every partition keeps its last
+#: GiB (segments of 256 MiB, retention checked every second), so it deletes about as much as it
+#: appends and the page cache recycles its pages. Without a bound, the heavy producer's 20 GB
+#: grow the page cache into memory this VM's host must back anew: past about 6 GB written,
+#: copying into never-touched pages costs 3-4 ms of system time per MB against 0.6
+#: (docs/performance.md), and the figure measures the VM.
+STEADY_STATE = {"log.retention.bytes": str(1 << 30), "log.segment.bytes": str(256 << 20),
+                "log.retention.check.interval.ms": "1000"}
+
+
 def measure(light: int, seconds: float, settle: float, rounds: int,
             overrides: dict[str, str] | None = None) -> list[Window]:
-    """One broker, the light producers connected first, then the alternating windows."""
+    """Each round on a freshly started broker in a new data directory (deleted after it), as
+    tansu's rounds (:func:`measure_tansu`), its log bounded (:data:`STEADY_STATE`): the light
+    producers connected first, then one solo and one mixed window."""
     raise_fd_limit()
-    with tempfile.TemporaryDirectory(prefix="trio-broker-many-") as tmp:
-        broker = BrokerLauncher(Path(tmp), {"logging.metrics.snapshot.interval.ms": "1000",
-                                            "event.loop.blocked.threshold.ms":
-                                                str(BLOCKED_THRESHOLD_MS),
-                                            **(overrides or {})})
-        broker.start()
-        try:
-            windows = _schedule(broker.bootstrap, broker.port, broker.pid, light, seconds,
-                                settle, rounds)
-        finally:
-            broker.stop()
-        _broker_readings(broker.log_path, windows)
+    windows: list[Window] = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="trio-broker-many-") as tmp:
+            broker = BrokerLauncher(Path(tmp), {"logging.metrics.snapshot.interval.ms": "1000",
+                                                "event.loop.blocked.threshold.ms":
+                                                    str(BLOCKED_THRESHOLD_MS),
+                                                **STEADY_STATE, **(overrides or {})})
+            broker.start()
+            try:
+                these = _schedule(broker.bootstrap, broker.port, broker.pid, light, seconds,
+                                  settle, 1)
+            finally:
+                broker.stop()
+            _broker_readings(broker.log_path, these)
+        windows += these
     return windows
 
 
