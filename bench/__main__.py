@@ -112,8 +112,9 @@ def render(results: list[BenchResult]) -> str:
     return "\n".join(lines)
 
 
-# Issue 11's goals, in its order, where issue 35 raised one its target (connection set-up,
-# CPU per request): (benchmark, part of the figure's name, the goal in the issue's words). ``render_goals`` prints them again as one table after the full report.
+# Issue 11's goals, in its order, with the targets issue 35 raised (connection set-up, CPU per
+# request): (benchmark, part of the figure's name, the goal in the issue's words).
+# ``render_goals`` prints them again as one table after the full report.
 ISSUE_GOALS = [
     ("reference", "produce ", "produce large batches: >= 1.2x the reference broker"),
     ("reference", "consume ", "consume large batches: >= 1.2x the reference broker"),
@@ -139,9 +140,9 @@ ISSUE_GOALS = [
 
 
 def render_goals(results: list[BenchResult]) -> str:
-    """Issue 11's goals (with issue 35's targets) as one table: each goal's figure from this run, its baseline (the
-    reference broker's where there is one), ratio, target and verdict; "not run" when its
-    benchmark was not part of the run."""
+    """Issue 11's goals (with issue 35's targets) as one table: each goal's figure from this
+    run, its baseline (the reference broker's where there is one), ratio, target and verdict;
+    "not run" when its benchmark was not part of the run."""
     by_name = {result.name: result for result in results}
     header = ["goal", "value", "unit", "baseline", "baseline value", "ratio", "target", "met"]
     rows = [header]

@@ -599,8 +599,6 @@ def _units(name: str, sizes: Sizes) -> float:
         return sizes.records * VALUE_SIZE / MB
     if name == "small":
         return sizes.small
-    if name == "raw":
-        return sizes.raw
     return sizes.connections
 
 
