@@ -193,3 +193,85 @@ def test_size_rule_matches_kafka(size: int, limit: int) -> None:
             decoder.pending_size()
     else:
         assert decoder.pending_size() == size
+
+
+# ------------------------------------------------------------------ parts held aside
+def test_a_frame_read_in_parts_is_joined_once_and_one_part_is_the_frame() -> None:
+    """The rest of a large frame read on its own (the reader asks for exactly what is missing)
+    is held as it comes: the frame is its buffered head and the parts, joined when whole; a
+    single part that is the whole payload is returned as it is, with no copy."""
+    payload = bytes(range(256)) * 40
+    decoder = FrameDecoder(1 << 20)
+    decoder.feed(frame(payload)[:4 + 100])
+    size = decoder.pending_size()
+    assert size == len(payload) and decoder.missing(size) == len(payload) - 100
+    decoder.feed_part(size, payload[100:3000])
+    assert decoder.parted and decoder.buffered == 4 + 3000
+    assert decoder.missing(size) == len(payload) - 3000
+    assert decoder.take(size) is None
+    decoder.feed_part(size, payload[3000:])
+    assert decoder.missing(size) == 0
+    assert decoder.take(size) == payload
+    assert not decoder.parted and decoder.buffered == 0 and decoder.next_frame() is None
+
+    decoder.feed(frame(payload)[:4])
+    whole = payload[:]
+    decoder.feed_part(len(payload), whole)
+    assert decoder.take(len(payload)) is whole
+
+
+def test_bytes_past_the_frame_are_never_held_as_a_part() -> None:
+    decoder = FrameDecoder(100)
+    decoder.feed(frame(b"abcdef")[:6])
+    with pytest.raises(ValueError):
+        decoder.feed_part(6, b"cdefX")  # one byte past the frame's end
+    with pytest.raises(ValueError):
+        decoder.feed_part(6, b"")
+    assert not decoder.parted and decoder.buffered == 4 + 2
+    decoder.feed_part(6, b"cdef")
+    assert decoder.take(6) == b"abcdef"
+
+
+def test_bytes_fed_after_parts_follow_them() -> None:
+    """The read-ahead task (a blocked write) feeds the buffer while the reader may hold parts:
+    the parts go into the buffer first, so the stream keeps its order."""
+    decoder = FrameDecoder(100)
+    stream = frame(b"first frame") + frame(b"second")
+    decoder.feed(stream[:6])
+    decoder.feed_part(11, stream[6:10])
+    decoder.feed(stream[10:20])
+    assert not decoder.parted
+    assert drain(decoder) == [b"first frame"]
+    decoder.feed(stream[20:])
+    assert drain(decoder) == [b"second"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
+    parted=st.lists(st.booleans(), min_size=1, max_size=40),
+)
+def test_parts_and_feeds_in_any_mix_yield_the_same_frames(
+        payloads: list[bytes], cuts: list[int], parted: list[bool]) -> None:
+    """A reader that holds some reads aside as parts (only ever a frame's missing bytes) and
+    feeds the others gets the same frames as one that feeds everything."""
+    data = b"".join(frame(p) for p in payloads)
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    decoder = FrameDecoder(300)
+    out: list[bytes] = []
+    for index, (start, end) in enumerate(zip(points, points[1:], strict=False)):
+        position = start
+        while position < end:
+            size = decoder.pending_size()
+            missing = 0 if size is None else decoder.missing(size)
+            if missing and parted[index % len(parted)]:
+                part = data[position:min(end, position + missing)]
+                decoder.feed_part(size, part)  # type: ignore[arg-type]
+            else:
+                part = data[position:end]
+                decoder.feed(part)
+            position += len(part)
+            out += drain(decoder)
+    assert out == payloads
+    assert decoder.buffered == 0 and not decoder.parted

@@ -60,6 +60,13 @@ if TYPE_CHECKING:
     from ..server.context import ConnectionInfo
 
 RECEIVE_BYTES = 256 * 1024
+#: A frame missing this many bytes or more (up to the maximum) is read with reads of exactly
+#: what is missing, whose bytes the decoder holds as they come and joins once
+#: (``FrameDecoder.feed_part``): one copy of a bulk Produce frame instead of two (into the
+#: read buffer, out of it). Above the maximum, a read that returns little would still
+#: allocate its full size first.
+DIRECT_READ_MIN_BYTES = 64 * 1024
+DIRECT_READ_MAX_BYTES = 8 * 1024 * 1024
 #: Frames from this size on (but Produce, whose records stay bytes) are decoded in a worker
 #: thread: their pre-scan is a Python walk of every entry (docs/architecture.md).
 OFF_LOOP_DECODE_BYTES = 64 * 1024
@@ -559,6 +566,7 @@ class Connection(ResponseWriter):
         pool = self._server.memory_pool
         while True:
             size = decoder.pending_size()
+            direct = 0  # bytes of a large frame to read straight into one ``bytes``
             if size is not None:
                 if not self._frame_reserved:
                     if not self._try_reserve(size):
@@ -575,6 +583,10 @@ class Connection(ResponseWriter):
                     if self._ahead_reserved:
                         self._release_read_ahead()
                     return frame
+                missing = decoder.missing(size)
+                if self.raw_socket and missing <= DIRECT_READ_MAX_BYTES and (
+                        missing >= DIRECT_READ_MIN_BYTES or decoder.parted):
+                    direct = missing
             if self._eof is not None:
                 # Complete frames already buffered are still served (Kafka's graceful close).
                 return None
@@ -590,13 +602,16 @@ class Connection(ResponseWriter):
                 if self.raw_socket:
                     # A plain socket is read directly (trio's receive_some adds two context
                     # managers and a scheduler pass per read; see _read_nowait), waiting
-                    # only when nothing is there.
+                    # only when nothing is there. The rest of a large frame is asked for in
+                    # reads of exactly what is missing (its memory is reserved), kept as
+                    # they come and joined once: one copy of the frame, not two.
                     fd = self.stream.socket.fileno()
-                    data = _read_nowait(fd)
+                    want = direct or RECEIVE_BYTES
+                    data = _read_nowait(fd, want)
                     if data is None:
                         while data is None:
                             await trio.lowlevel.wait_readable(fd)
-                            data = _read_nowait(fd)
+                            data = _read_nowait(fd, want)
                     elif _yield_due():  # _read_checkpoint, written out (one coroutine less)
                         await trio.lowlevel.checkpoint()
                     else:
@@ -608,6 +623,13 @@ class Connection(ResponseWriter):
                 if self._received_lot is not None:
                     self._received_lot.unpark_all()
             assert data is not None
+            if direct and data and isinstance(data, bytes):
+                # At most the frame's missing bytes: held aside, joined once it is whole.
+                self._touch()
+                assert size is not None
+                decoder.feed_part(size, data)
+                del data
+                continue
             self._received(data)
             del data  # the decoder has it: not kept alive by a waiting frame
 
@@ -722,11 +744,11 @@ async def tls_handshake(stream: trio.SSLStream[trio.SocketStream], deadline: flo
 _NO_SCOPE = contextlib.nullcontext()
 
 
-def _read_nowait(fd: int) -> bytes | None:
-    """What the socket holds (up to RECEIVE_BYTES; ``b""`` at end of stream), or None when
+def _read_nowait(fd: int, size: int = RECEIVE_BYTES) -> bytes | None:
+    """What the socket holds (up to ``size`` bytes; ``b""`` at end of stream), or None when
     nothing is there: a non-blocking ``recv``. Errors as trio's ``receive_some`` raises them."""
     try:
-        return os.read(fd, RECEIVE_BYTES)
+        return os.read(fd, size)
     except BlockingIOError:
         return None
     except OSError as exc:
