@@ -566,7 +566,7 @@ class Connection(ResponseWriter):
         pool = self._server.memory_pool
         while True:
             size = decoder.pending_size()
-            direct = 0  # bytes of a large frame to read straight into one ``bytes``
+            direct = 0  # the missing bytes of a large frame, read as parts of it
             if size is not None:
                 if not self._frame_reserved:
                     if not self._try_reserve(size):

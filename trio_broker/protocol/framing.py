@@ -40,7 +40,8 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._start = 0
         #: Bytes of the next frame received on their own (:meth:`feed_part`), not yet joined.
-        self._parts: list[bytes] = []
+        #: A tuple: the empty one is shared, so an idle connection holds no list for it.
+        self._parts: tuple[bytes, ...] = ()
         self._parts_size = 0
         #: The largest size accepted; the caller may change it between frames (a SASL
         #: connection reads with ``sasl.server.max.receive.size`` until it has authenticated).
@@ -49,7 +50,7 @@ class FrameDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._parts:  # what follows the parts: they go into the buffer first, in order
             self._buffer += b"".join(self._parts)
-            self._parts = []
+            self._parts = ()
             self._parts_size = 0
         if self._start and self._start == len(self._buffer):
             self._buffer.clear()
@@ -119,7 +120,7 @@ class FrameDecoder:
         if not data or len(data) > self.missing(size):
             raise ValueError(f"{len(data)} bytes are not part of the frame's missing "
                              f"{self.missing(size)}")
-        self._parts.append(data)
+        self._parts += (data,)
         self._parts_size += len(data)
 
     def _take_parted(self, size: int) -> bytes | None:
@@ -136,7 +137,7 @@ class FrameDecoder:
                 frame = b"".join((view[begin:], *parts))
         self._buffer.clear()
         self._start = 0
-        self._parts = []
+        self._parts = ()
         self._parts_size = 0
         return frame
 
