@@ -73,7 +73,7 @@ from .common import (
     stop_process,
 )
 from .throughput import create_topic
-from .wire import API_VERSIONS_KEY, first_answer, produce_frame, read_one_frame, send_in_flight
+from .wire import API_VERSIONS_KEY, probe_answer, produce_frame, read_one_frame, send_in_flight
 
 VALUE_SIZE = 1024
 SMALL_SIZE = 100
@@ -427,10 +427,9 @@ def check_end_marked(bootstrap: str, topic: str, count: int, size: int, sent: in
     return defect, zlib.crc32(make_value(count, size), sent)
 
 
-def run_round(bootstrap: str, pid: int, sizes: Sizes) -> Round:
-    out = Round()
-    port = int(bootstrap.rsplit(":", 1)[1])
-
+def cpu_timed(pid: int, out: Round) -> Callable[[str, Callable[[], Any]], Any]:
+    """``timed(name, work)``: run ``work`` and record process ``pid``'s CPU seconds during it
+    as ``out.cpu[name]``, whether it succeeds or not."""
     def timed(name: str, work: Callable[[], Any]) -> Any:
         before = cpu_seconds(pid)
         try:
@@ -438,6 +437,13 @@ def run_round(bootstrap: str, pid: int, sizes: Sizes) -> Round:
         finally:
             out.cpu[name] = cpu_seconds(pid) - before
 
+    return timed
+
+
+def run_round(bootstrap: str, pid: int, sizes: Sizes) -> Round:
+    out = Round()
+    port = int(bootstrap.rsplit(":", 1)[1])
+    timed = cpu_timed(pid, out)
     big, small = "reference-big", "reference-small"
     try:
         create_topic(bootstrap, big)
@@ -482,8 +488,9 @@ def run_round(bootstrap: str, pid: int, sizes: Sizes) -> Round:
         out.failures.append(f"small produce {sizes.small} x 100 B: {type(exc).__name__}: {exc}")
     try:
         create_topic(bootstrap, RAW_TOPIC)
-        send_in_flight(port, produce_frame(RAW_TOPIC), RAW_WARM_UP, 1)
-        seconds = timed("raw", lambda: send_in_flight(port, produce_frame(RAW_TOPIC), sizes.raw, 1))
+        frame = produce_frame(RAW_TOPIC)
+        send_in_flight(port, frame, RAW_WARM_UP, 1)
+        seconds = timed("raw", lambda: send_in_flight(port, frame, sizes.raw, 1))
         out.unverified["raw"] = sizes.raw / seconds
         if (end := end_offset(bootstrap, RAW_TOPIC)) != (0, RAW_WARM_UP + sizes.raw):
             raise WrongAnswer(f"end offset {end}, expected (0, {RAW_WARM_UP + sizes.raw})")
@@ -510,8 +517,8 @@ def answers_of(bootstrap: str) -> tuple[bytes, bytes]:
     """The broker's answers (after the correlation id) to the ApiVersions v0 of the connection
     set-up and to the raw one-record Produce: what the minimal Trio server sends back."""
     port = int(bootstrap.rsplit(":", 1)[1])
-    return (first_answer(port, api_versions_v0_frame()),
-            first_answer(port, produce_frame(RAW_TOPIC)))
+    return (trio.run(probe_answer, port, api_versions_v0_frame()),
+            trio.run(probe_answer, port, produce_frame(RAW_TOPIC)))
 
 
 def run_floor(answers: tuple[bytes, bytes], sizes: Sizes) -> Round:
@@ -524,19 +531,11 @@ def run_floor(answers: tuple[bytes, bytes], sizes: Sizes) -> Round:
         with running_helper("framed", produce_answer.hex()) as server:
             frame = produce_frame(RAW_TOPIC)
             send_in_flight(server.port, frame, RAW_WARM_UP, 1)
-            before = cpu_seconds(server.pid)
-            seconds = send_in_flight(server.port, frame, sizes.raw, 1)
-            out.cpu["raw"] = cpu_seconds(server.pid) - before
+            seconds = cpu_timed(server.pid, out)(
+                "raw", lambda: send_in_flight(server.port, frame, sizes.raw, 1))
             out.rates["raw"] = out.unverified["raw"] = sizes.raw / seconds
         with running_helper("framed", api_versions_answer.hex()) as server:
-            def timed(name: str, work: Callable[[], Any]) -> Any:
-                before = cpu_seconds(server.pid)
-                try:
-                    return work()
-                finally:
-                    out.cpu[name] = cpu_seconds(server.pid) - before
-
-            run_connect_cycles(server.port, sizes, out, timed)
+            run_connect_cycles(server.port, sizes, out, cpu_timed(server.pid, out))
     except Exception as exc:  # noqa: BLE001 - reported; the brokers' figures stand
         out.failures.append(f"{type(exc).__name__}: {exc}")
     return out

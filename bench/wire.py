@@ -93,20 +93,6 @@ def send_in_flight(port: int, frame: bytes, count: int, depth: int) -> float:
         return time.perf_counter() - started
 
 
-def first_answer(port: int, frame: bytes) -> bytes:
-    """The server's answer to ``frame`` after its correlation id (what a canned-answer baseline
-    server sends back)."""
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(frame)
-        frames = FrameDecoder(2**31 - 1)
-        while (payload := frames.next_frame()) is None:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError("connection closed before a response arrived")
-            frames.feed(data)
-    return payload[4:]
-
-
 async def read_one_frame(stream: trio.SocketStream) -> bytes:
     """Read exactly one response frame and return its payload (after the size)."""
     frames = FrameDecoder(2**31 - 1)
@@ -118,14 +104,19 @@ async def read_one_frame(stream: trio.SocketStream) -> bytes:
     return payload
 
 
-async def probe_api_versions_body(port: int) -> bytes:
-    """The broker's ApiVersions v3 response body (after the correlation id): the canned reply
-    of the baseline framed server, so both servers send the same bytes."""
+async def probe_answer(port: int, frame: bytes) -> bytes:
+    """The server's answer to ``frame`` after its correlation id: the canned reply of the
+    baseline framed server, so both servers send the same bytes."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        await stream.send_all(api_versions_frame())
+        await stream.send_all(frame)
         payload = await read_one_frame(stream)
     return payload[4:]
+
+
+async def probe_api_versions_body(port: int) -> bytes:
+    """The broker's ApiVersions v3 response body (after the correlation id)."""
+    return await probe_answer(port, api_versions_frame())
 
 
 async def open_kafka_connection(port: int, frame: bytes) -> trio.SocketStream:
