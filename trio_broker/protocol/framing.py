@@ -49,7 +49,8 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._parts:  # what follows the parts: they go into the buffer first, in order
-            self._buffer += b"".join(self._parts)
+            for part in self._parts:
+                self._buffer += part
             self._parts = ()
             self._parts_size = 0
         if self._start and self._start == len(self._buffer):

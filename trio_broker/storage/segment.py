@@ -523,9 +523,9 @@ class Segment:
                 os.close(self.fd)
 
     def delete(self) -> None:
-        self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
-            path.unlink(missing_ok=True)
+        """Close and unlink the files at once (start-up recovery; the broker's own deletions
+        :meth:`retire` and unlink off the event loop)."""
+        unlink_all(self.retire())
 
     def retire(self) -> list[Path]:
         """Close the files and rename them ``<name>.deleted`` (Kafka's ``asyncDeleteSegment``);
